@@ -1,0 +1,1 @@
+"""Run evidence: runtime_manifest.json, run_config.json, atomic writes."""

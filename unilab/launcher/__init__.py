@@ -1,0 +1,1 @@
+"""Per-rank launcher: prepares the run, then starts the learner and collector processes."""

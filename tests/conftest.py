@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fakes import FakeMpsDaemon, FakeNvml, install_fake_control_binary
+from unilab.execution import HostFacts
+
+
+@pytest.fixture
+def short_tmp():
+    """Unix socket paths must stay under ~100 bytes; pytest's tmp_path can be longer."""
+    import shutil
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="ul-"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def fake_bin(short_tmp):
+    bin_dir = short_tmp / "bin"
+    install_fake_control_binary(bin_dir)
+    return bin_dir
+
+
+@pytest.fixture
+def daemon(short_tmp):
+    d = FakeMpsDaemon(short_tmp / "pipe").start()
+    yield d
+    d.stop()
+
+
+@pytest.fixture
+def mps_env(short_tmp, fake_bin, daemon):
+    """Environment of a host with a live (fake) daemon and the control binary on PATH."""
+    return {
+        "PATH": f"{fake_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+        "CUDA_MPS_PIPE_DIRECTORY": str(daemon.pipe_dir),
+        "CUDA_MPS_LOG_DIRECTORY": str(short_tmp / "log"),
+    }
+
+
+@pytest.fixture
+def host(mps_env):
+    return HostFacts(platform="linux", env=mps_env, nvml=FakeNvml())

@@ -1,0 +1,128 @@
+"""Fakes for host facts only: NVML, and an MPS control daemon on a real Unix socket.
+
+The fake daemon listens on `<pipe dir>/control` and writes its pid file like the real one.
+A fake `nvidia-cuda-mps-control` executable, put first on PATH, reads commands from stdin
+(the real protocol), sends each over the socket and prints the reply.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import textwrap
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from unilab.execution.nvml import GpuInfo, NvmlUnavailable
+
+GPU_A = GpuInfo(index=0, uuid="GPU-aaaaaaaa-0000-0000-0000-000000000000", name="Fake H200", mig_enabled=False,
+                compute_mode="DEFAULT")
+GPU_B = GpuInfo(index=1, uuid="GPU-bbbbbbbb-0000-0000-0000-000000000000", name="Fake H200", mig_enabled=False,
+                compute_mode="DEFAULT")
+
+
+@dataclass
+class FakeNvml:
+    devices: list[GpuInfo] = field(default_factory=lambda: [GPU_A, GPU_B])
+    available: bool = True
+
+    def gpus(self) -> list[GpuInfo]:
+        if not self.available:
+            raise NvmlUnavailable("NVML Shared Library Not Found (fake)")
+        return list(self.devices)
+
+
+class FakeMpsDaemon:
+    """Answers get_server_list / get_client_list <pid> like nvidia-cuda-mps-control -d."""
+
+    def __init__(self, pipe_dir: Path, *, silent: bool = False):
+        self.pipe_dir = Path(pipe_dir)
+        self.silent = silent
+        self.servers: dict[int, list[int]] = {}
+        self.commands: list[str] = []
+        self._sock: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    @property
+    def control(self) -> Path:
+        return self.pipe_dir / "control"
+
+    def start(self) -> "FakeMpsDaemon":
+        self.pipe_dir.mkdir(parents=True, exist_ok=True)
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(str(self.control))
+        self._sock.listen(8)
+        self._sock.settimeout(0.1)
+        (self.pipe_dir / "nvidia-cuda-mps-control.pid").write_text(f"{os.getpid()}\n")
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=2)
+        if self._sock:
+            self._sock.close()
+        self.control.unlink(missing_ok=True)
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            with conn:
+                conn.settimeout(2)
+                try:
+                    command = conn.makefile().readline().strip()
+                except OSError:
+                    continue
+                self.commands.append(command)
+                if self.silent:
+                    self._stop.wait(30)
+                    continue
+                conn.sendall(self._answer(command).encode())
+
+    def _answer(self, command: str) -> str:
+        verb, _, arg = command.partition(" ")
+        if verb == "get_server_list":
+            return "".join(f"{pid}\n" for pid in self.servers)
+        if verb == "get_client_list" and arg.strip().isdigit():
+            return "".join(f"{pid}\n" for pid in self.servers.get(int(arg), []))
+        return ""
+
+
+CLIENT_SCRIPT = textwrap.dedent(
+    """\
+    #!{python}
+    import os, socket, sys
+    path = os.path.join(os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps"), "control")
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(path)
+        except OSError as exc:
+            print(f"Cannot find MPS control daemon process ({{exc}})", file=sys.stderr)
+            sys.exit(1)
+        s.sendall((line + "\\n").encode())
+        data = b""
+        while chunk := s.recv(4096):
+            data += chunk
+        sys.stdout.write(data.decode())
+    """
+)
+
+
+def install_fake_control_binary(bin_dir: Path) -> Path:
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    exe = bin_dir / "nvidia-cuda-mps-control"
+    exe.write_text(CLIENT_SCRIPT.format(python=sys.executable))
+    exe.chmod(0o755)
+    return exe

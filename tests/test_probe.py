@@ -1,0 +1,272 @@
+"""The execution probe against fake host facts (NVML, a real-socket fake daemon, PATH)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+
+import pytest
+from pydantic import ValidationError
+
+from fakes import GPU_A, GPU_B, FakeMpsDaemon, FakeNvml
+from unilab.execution import (
+    CudaProcessSharingError,
+    CudaProcessSharingEvidence,
+    HostFacts,
+    Prerequisite,
+    probe_cuda_process_sharing,
+    verify_mps_clients,
+)
+from unilab.execution.nvml import MigEntry, visible_devices
+
+
+def probe(host, mode="mps", learner="cuda:0", collector="cuda:0", backend="mjwarp", **kw):
+    return probe_cuda_process_sharing(mode, learner, collector, backend=backend, host=host, **kw)
+
+
+def fails_with(prerequisite: Prerequisite, host, **kw) -> CudaProcessSharingError:
+    with pytest.raises(CudaProcessSharingError) as info:
+        probe(host, **kw)
+    assert info.value.prerequisite is prerequisite, info.value.render()
+    assert info.value.fix, "every failure names a fix"
+    return info.value
+
+
+def test_null_mode_records_effective_null_without_daemon(short_tmp):
+    host = HostFacts(platform="linux", env={"CUDA_MPS_PIPE_DIRECTORY": str(short_tmp / "none")}, nvml=FakeNvml())
+    ev = probe(host, mode=None, learner="cpu", collector="cpu")
+    assert ev.configured is None and ev.effective is None and not ev.validated
+    assert ev.daemon_reachable is False and ev.pipe_directory_source == "env"
+
+
+def test_null_mode_never_fails_even_on_a_hostile_host():
+    host = HostFacts(platform="darwin", env={}, nvml=FakeNvml(available=False), which=lambda *a, **k: None)
+    ev = probe(host, mode=None, learner="cpu", collector="cuda:7", backend="genesis")
+    assert ev.effective is None
+    assert ev.pipe_directory == "/tmp/nvidia-mps" and ev.pipe_directory_source == "default"
+
+
+def test_null_mode_notes_an_ambient_daemon(host, daemon):
+    ev = probe(host, mode=None)
+    assert ev.effective is None
+    assert ev.daemon_reachable is True
+    assert ev.control_daemon_pid == os.getpid()
+    assert any("MPS" in n for n in ev.notes)
+
+
+def test_mps_valid(host, daemon):
+    ev = probe(host)
+    assert ev.configured == "mps" and ev.validated
+    # Attachment of the learner/collector PIDs is verified later by the runtime.
+    assert ev.effective is None and not ev.clients_verified
+    assert ev.gpu_uuid == GPU_A.uuid and ev.compute_mode == "DEFAULT"
+    assert ev.control_pipe == str(daemon.control) and ev.pipe_directory_source == "env"
+    assert ev.control_daemon_pid == os.getpid()
+    # No server runs before the first client: the daemon pid is not a server pid.
+    assert ev.server_pid is None and ev.server_pids == []
+    assert "get_server_list" in daemon.commands
+
+
+def test_mps_valid_records_running_server(host, daemon):
+    daemon.servers[4242] = [11, 12]
+    ev = probe(host)
+    assert ev.server_pid == 4242 and ev.server_pids == [4242]
+
+
+def test_evidence_is_frozen_and_json_round_trips(host, daemon):
+    ev = probe(host)
+    again = CudaProcessSharingEvidence.model_validate(json.loads(ev.model_dump_json()))
+    assert again == ev
+    with pytest.raises(ValidationError):
+        ev.validated = False
+
+
+def test_invalid_mode_value(host):
+    err = fails_with(Prerequisite.MODE_VALUE, host, mode="mpss")
+    assert "mpss" in err.found
+
+
+def test_unsupported_backend(host):
+    fails_with(Prerequisite.BACKEND, host, backend="genesis")
+
+
+def test_non_linux(host):
+    fails_with(Prerequisite.PLATFORM, dataclasses.replace(host, platform="darwin"))
+
+
+@pytest.mark.parametrize("device", ["cpu", "mps", "cuda:x", ""])
+def test_cpu_learner_rejected(host, device):
+    fails_with(Prerequisite.LEARNER_CUDA, host, learner=device)
+
+
+def test_cpu_collector_rejected(host):
+    fails_with(Prerequisite.COLLECTOR_CUDA, host, collector="cpu")
+
+
+def test_nvml_unavailable(host):
+    fails_with(Prerequisite.NVML, dataclasses.replace(host, nvml=FakeNvml(available=False)))
+
+
+def test_different_physical_gpus(host):
+    err = fails_with(Prerequisite.SAME_GPU, host, learner="cuda:0", collector="cuda:1")
+    assert GPU_A.uuid in err.found and GPU_B.uuid in err.found
+
+
+def test_two_indices_that_map_to_the_same_uuid(host):
+    env = dict(host.env, CUDA_VISIBLE_DEVICES=f"{GPU_A.uuid},0")
+    ev = probe(dataclasses.replace(host, env=env), learner="cuda:0", collector="cuda:1")
+    assert ev.gpu_uuid == GPU_A.uuid
+
+
+def test_visible_devices_given_as_uuids(host):
+    env = dict(host.env, CUDA_VISIBLE_DEVICES=GPU_B.uuid)
+    ev = probe(dataclasses.replace(host, env=env), learner="cuda", collector="cuda:0")
+    assert ev.gpu_uuid == GPU_B.uuid and ev.cuda_visible_devices == GPU_B.uuid
+
+
+def test_visible_devices_index_remaps_ordinals(host):
+    env = dict(host.env, CUDA_VISIBLE_DEVICES="1")
+    assert probe(dataclasses.replace(host, env=env)).gpu_uuid == GPU_B.uuid
+
+
+def test_device_not_visible(host):
+    env = dict(host.env, CUDA_VISIBLE_DEVICES="1")
+    fails_with(Prerequisite.DEVICE_VISIBLE, dataclasses.replace(host, env=env), learner="cuda:1", collector="cuda:1")
+
+
+def test_visible_devices_stop_at_first_invalid_entry():
+    assert visible_devices("1,7,0", [GPU_A, GPU_B]) == [GPU_B]
+    assert visible_devices("", [GPU_A, GPU_B]) == []
+    assert visible_devices(None, [GPU_A, GPU_B]) == [GPU_A, GPU_B]
+    assert visible_devices("GPU-bbbb", [GPU_A, GPU_B]) == [GPU_B]  # CUDA accepts unique prefixes
+    assert visible_devices("MIG-1234", [GPU_A]) == [MigEntry("MIG-1234")]
+
+
+def test_mig_instance_rejected(host):
+    env = dict(host.env, CUDA_VISIBLE_DEVICES="MIG-0123-4567")
+    fails_with(Prerequisite.NO_MIG, dataclasses.replace(host, env=env))
+
+
+def test_gpu_in_mig_mode_rejected(host):
+    nvml = FakeNvml([dataclasses.replace(GPU_A, mig_enabled=True)])
+    fails_with(Prerequisite.NO_MIG, dataclasses.replace(host, nvml=nvml))
+
+
+def test_missing_pipe_directory(host, short_tmp):
+    env = dict(host.env, CUDA_MPS_PIPE_DIRECTORY=str(short_tmp / "nowhere"))
+    err = fails_with(Prerequisite.PIPE_DIRECTORY, dataclasses.replace(host, env=env))
+    assert "nvidia-cuda-mps-control -d" in err.fix
+    assert any(cmd.startswith("export CUDA_MPS_PIPE_DIRECTORY=") for cmd in err.fix)
+    assert any(cmd.startswith("mkdir -p -m 700") for cmd in err.fix)
+
+
+def test_default_pipe_directory_is_named_when_unset(host):
+    env = {k: v for k, v in host.env.items() if k != "CUDA_MPS_PIPE_DIRECTORY"}
+    if os.path.exists("/tmp/nvidia-mps/control"):
+        pytest.skip("a real MPS daemon uses the default directory on this host")
+    with pytest.raises(CudaProcessSharingError) as info:
+        probe(dataclasses.replace(host, env=env))
+    assert "/tmp/nvidia-mps" in info.value.found and "default" in info.value.found
+
+
+def test_missing_control_pipe(host, short_tmp):
+    (short_tmp / "empty").mkdir()
+    env = dict(host.env, CUDA_MPS_PIPE_DIRECTORY=str(short_tmp / "empty"))
+    fails_with(Prerequisite.CONTROL_PIPE, dataclasses.replace(host, env=env))
+
+
+def test_control_is_not_a_socket(host, short_tmp):
+    (short_tmp / "stale").mkdir()
+    (short_tmp / "stale" / "control").write_text("not a socket")
+    env = dict(host.env, CUDA_MPS_PIPE_DIRECTORY=str(short_tmp / "stale"))
+    fails_with(Prerequisite.CONTROL_PIPE_SOCKET, dataclasses.replace(host, env=env))
+
+
+def test_permission_denied(host, daemon):
+    def deny_control(path, mode):
+        return not str(path).endswith("control")
+
+    fails_with(Prerequisite.CONTROL_PIPE_ACCESS, dataclasses.replace(host, access=deny_control))
+
+
+def test_control_binary_missing(host, short_tmp):
+    env = dict(host.env, PATH=str(short_tmp / "empty-bin"))
+    err = fails_with(Prerequisite.CONTROL_BINARY, dataclasses.replace(host, env=env))
+    assert "nvidia-cuda-mps-control" in err.message
+
+
+def test_daemon_not_answering_is_bounded(host, daemon):
+    daemon.silent = True
+    start = time.monotonic()
+    err = fails_with(Prerequisite.DAEMON_ANSWERS, host, timeout_s=0.5)
+    assert time.monotonic() - start < 5
+    assert "0.5" in err.found
+
+
+def test_dead_daemon_leaves_a_socket_that_does_not_answer(host, daemon, fake_bin):
+    daemon.stop()
+    import socket
+
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(daemon.control))  # a socket file nobody listens on
+    s.close()
+    fails_with(Prerequisite.DAEMON_ANSWERS, host)
+
+
+def test_prohibited_compute_mode(host):
+    nvml = FakeNvml([dataclasses.replace(GPU_A, compute_mode="PROHIBITED")])
+    fails_with(Prerequisite.COMPUTE_MODE, dataclasses.replace(host, nvml=nvml))
+
+
+def test_first_unmet_prerequisite_wins(host, short_tmp):
+    # CPU learner *and* no daemon: the earlier check (device) is the one reported.
+    env = dict(host.env, CUDA_MPS_PIPE_DIRECTORY=str(short_tmp / "nowhere"))
+    fails_with(Prerequisite.LEARNER_CUDA, dataclasses.replace(host, env=env), learner="cpu")
+
+
+def test_no_silent_fallback(host, short_tmp):
+    """An unmet mps request raises; it never comes back as an evidence record of some other mode."""
+    env = dict(host.env, CUDA_MPS_PIPE_DIRECTORY=str(short_tmp / "nowhere"))
+    broken = [
+        dict(host=dataclasses.replace(host, env=env)),
+        dict(host=dataclasses.replace(host, platform="win32")),
+        dict(host=host, learner="cpu"),
+        dict(host=dataclasses.replace(host, nvml=FakeNvml(available=False))),
+    ]
+    for case in broken:
+        h = case.pop("host")
+        with pytest.raises(CudaProcessSharingError):
+            probe(h, **case)
+
+
+def test_error_renders_id_found_and_fix(host):
+    err = fails_with(Prerequisite.PLATFORM, dataclasses.replace(host, platform="darwin"))
+    text = err.render()
+    assert "platform_linux" in text and "darwin" in text and "fix:" in text
+    assert err.as_dict()["prerequisite"] == "platform_linux"
+
+
+def test_verify_mps_clients_attached_and_not(host, daemon):
+    ev = probe(host)
+    daemon.servers[5000] = [101, 102]
+    report = verify_mps_clients(ev, [101, 102], timeout_s=1, host=host)
+    assert report.all_attached and report.server_pids == [5000]
+    report = verify_mps_clients(ev, [101, 999], timeout_s=0.5, host=host)
+    assert not report.all_attached and report.missing() == [999]
+
+
+def test_verify_mps_clients_waits_for_late_clients(host, daemon):
+    import threading
+
+    ev = probe(host)
+    threading.Timer(0.3, lambda: daemon.servers.update({6000: [7]})).start()
+    assert verify_mps_clients(ev, [7], timeout_s=3, host=host, poll_s=0.05).all_attached
+
+
+def test_verify_mps_clients_daemon_gone(host, daemon):
+    ev = probe(host)
+    daemon.stop()
+    report = verify_mps_clients(ev, [1], timeout_s=0.3, host=host)
+    assert not report.all_attached and report.error

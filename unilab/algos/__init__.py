@@ -1,0 +1,1 @@
+"""Off-policy learners that plug into the shared learner/collector runtime."""

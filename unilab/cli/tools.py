@@ -1,0 +1,77 @@
+"""`unilab`: tools around training runs (evidence schema, config diff, motion clips)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _manifest_schema(args) -> int:
+    from unilab.evidence.manifest import manifest_json_schema
+
+    print(json.dumps(manifest_json_schema(), indent=2))
+    return 0
+
+
+def _config_diff(args) -> int:
+    from unilab.evidence.run_config import diff_configs, load_run_config
+
+    try:
+        a, b = load_run_config(args.run_a), load_run_config(args.run_b)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"unilab config diff: {exc}", file=sys.stderr)
+        return 2
+    rows = [r for r in diff_configs(a, b) if not any(r[0] == k or r[0].startswith(k + ".") for k in args.ignore)]
+    if args.json:
+        print(json.dumps([{"key": k, "a": va, "b": vb} for k, va, vb in rows], indent=2))
+    elif not rows:
+        print("identical")
+    else:
+        width = max(len(k) for k, _, _ in rows)
+        for key, va, vb in rows:
+            print(f"{key:<{width}}  {json.dumps(va)} -> {json.dumps(vb)}")
+    return 1 if rows else 0
+
+
+def _motion(args) -> int:
+    from unilab.motion.synth import main as synth_main
+
+    return synth_main(args.rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="unilab", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    manifest = sub.add_parser("manifest", help="runtime_manifest.json tools")
+    msub = manifest.add_subparsers(dest="action", required=True)
+    msub.add_parser("schema", help="print the JSON schema of runtime_manifest.json").set_defaults(func=_manifest_schema)
+
+    config = sub.add_parser("config", help="run_config.json tools")
+    csub = config.add_subparsers(dest="action", required=True)
+    diff = csub.add_parser(
+        "diff", help="print the keys whose values differ between two runs (exit 0 identical, 1 differ, 2 error)"
+    )
+    diff.add_argument("run_a", help="run directory or its run_config.json")
+    diff.add_argument("run_b", help="run directory or its run_config.json")
+    diff.add_argument("--ignore", action="append", default=[], metavar="KEY", help="dotted key (or prefix) to skip")
+    diff.add_argument("--json", action="store_true", help="machine-readable output")
+    diff.set_defaults(func=_config_diff)
+
+    motion = sub.add_parser("motion", help="motion clip tools: unilab motion synth --help", add_help=False)
+    motion.add_argument("rest", nargs=argparse.REMAINDER)
+    motion.set_defaults(func=_motion)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code = args.func(args)
+    if argv is None:
+        raise SystemExit(code)
+    return code
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+"""OmegaConf resolvers; the execution probe is one of them so composing a config runs it."""
+
+from __future__ import annotations
+
+from omegaconf import OmegaConf
+
+from .schema import PROBE_RESOLVER
+
+
+def _probe(requested, learner_device, collector_device, backend, timeout_s):
+    from unilab.execution import probe_cuda_process_sharing
+
+    evidence = probe_cuda_process_sharing(
+        requested, learner_device, collector_device, backend=backend, timeout_s=float(timeout_s)
+    )
+    return OmegaConf.create(evidence.model_dump(mode="json"))
+
+
+def register_resolvers() -> None:
+    if not OmegaConf.has_resolver(PROBE_RESOLVER):
+        # use_cache: one probe per composed config, so every reader sees the same evidence.
+        OmegaConf.register_new_resolver(PROBE_RESOLVER, _probe, use_cache=True)

@@ -1,0 +1,61 @@
+"""Typed schema of the `train` config: what Hydra validates every override against."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, List, Optional
+
+from omegaconf import MISSING
+
+PROBE_RESOLVER = "unilab.cuda_process_sharing"
+
+# The probe runs when this node is resolved. `train` resolves it before anything else.
+EXECUTION_EVIDENCE_INTERPOLATION = (
+    "${" + PROBE_RESOLVER + ":${training.cuda_process_sharing},${training.learner_device},"
+    "${training.collector_device},${sim.backend},${training.mps_probe_timeout_s}}"
+)
+
+
+class CudaProcessSharing(str, Enum):
+    """Accepted spelling is exactly `mps` (lower case, no blanks); null is the default."""
+
+    mps = "mps"
+
+
+@dataclass
+class ExecutionConfig:
+    """What the `execution` group sets (it is packaged at `training`)."""
+
+    cuda_process_sharing: Optional[CudaProcessSharing] = None
+
+
+@dataclass
+class NanGuardConfig:
+    enabled: bool = True
+
+
+@dataclass
+class TrainingConfig(ExecutionConfig):
+    device: str = "cuda:0"
+    learner_device: str = "${training.device}"
+    collector_device: str = "${training.device}"
+    devices: Optional[List[int]] = None
+    seed: int = 1
+    log_dir: str = "runs"
+    run_name: Optional[str] = None
+    resume: Optional[str] = None
+    env_steps_per_sync: int = 1
+    no_play: bool = True
+    export_onnx: bool = False
+    nan_guard: NanGuardConfig = field(default_factory=NanGuardConfig)
+    mps_probe_timeout_s: float = 5.0
+
+
+@dataclass
+class TrainConfig:
+    algo: Any = MISSING
+    task: Any = MISSING
+    sim: Any = MISSING
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    execution_evidence: Any = EXECUTION_EVIDENCE_INTERPOLATION

@@ -1,0 +1,69 @@
+"""runtime_manifest.json: how a run actually executed (versioned, validated by pydantic)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from unilab import __version__
+from unilab.execution.evidence import CudaProcessSharingEvidence
+
+from .atomic import write_json_atomic
+
+MANIFEST_SCHEMA_VERSION = 1
+MANIFEST_FILE = "runtime_manifest.json"
+
+
+class RankEvidence(BaseModel):
+    """One rank's learner/collector pair (filled in by the runtime)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int
+    device: str
+    gpu_uuid: Optional[str] = None
+    learner_pid: Optional[int] = None
+    collector_pid: Optional[int] = None
+    learner_gpu_uuid: Optional[str] = None
+    collector_gpu_uuid: Optional[str] = None
+    cuda_process_sharing: Optional[CudaProcessSharingEvidence] = None
+
+
+class RuntimeManifest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = MANIFEST_SCHEMA_VERSION
+    unilab_version: str = __version__
+    created_at: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    updated_at: Optional[str] = None
+    hostname: str = Field(default_factory=socket.gethostname)
+    python: str = Field(default_factory=lambda: platform.python_version())
+    argv: list[str] = Field(default_factory=lambda: list(sys.argv))
+    run_dir: str
+    algo: str
+    task: str
+    backend: str
+    world_size: int = 1
+    cuda_process_sharing: CudaProcessSharingEvidence
+    ranks: list[RankEvidence] = Field(default_factory=list)
+
+    def write(self, run_dir: str | os.PathLike | None = None) -> Path:
+        target = Path(run_dir or self.run_dir) / MANIFEST_FILE
+        stamped = self.model_copy(update={"updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+        return write_json_atomic(target, stamped.model_dump(mode="json"))
+
+    @classmethod
+    def read(cls, run_dir: str | os.PathLike) -> "RuntimeManifest":
+        return cls.model_validate(json.loads((Path(run_dir) / MANIFEST_FILE).read_text()))
+
+
+def manifest_json_schema() -> dict:
+    return RuntimeManifest.model_json_schema()

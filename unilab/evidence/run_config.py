@@ -1,0 +1,65 @@
+"""run_config.json: the fully resolved config of a run, and the A/B diff between two runs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from .atomic import write_json_atomic
+
+RUN_CONFIG_FILE = "run_config.json"
+# Computed, not configured: the probe's evidence lives in runtime_manifest.json instead.
+COMPUTED_KEYS = ("execution_evidence",)
+
+
+def resolved_config(cfg: DictConfig) -> dict[str, Any]:
+    data = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True, throw_on_missing=True)
+    for key in COMPUTED_KEYS:
+        data.pop(key, None)
+    return data
+
+
+def write_run_config(run_dir: str | os.PathLike, config: dict[str, Any]) -> Path:
+    return write_json_atomic(Path(run_dir) / RUN_CONFIG_FILE, config)
+
+
+def load_run_config(run: str | os.PathLike) -> dict[str, Any]:
+    """Accepts a run directory or the path of its run_config.json."""
+    path = Path(run)
+    if path.is_dir():
+        path = path / RUN_CONFIG_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such run_config.json")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+
+
+def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict):
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+        if not data and prefix:
+            out[prefix] = {}
+        return out
+    return {prefix: data}
+
+
+_ABSENT = object()
+
+
+def diff_configs(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(key, value in a, value in b) for every dotted key whose values differ; absent keys show as <absent>."""
+    fa, fb = flatten(a), flatten(b)
+    rows = []
+    for key in sorted(set(fa) | set(fb)):
+        va, vb = fa.get(key, _ABSENT), fb.get(key, _ABSENT)
+        if va != vb:
+            rows.append((key, "<absent>" if va is _ABSENT else va, "<absent>" if vb is _ABSENT else vb))
+    return rows
