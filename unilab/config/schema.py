@@ -50,6 +50,11 @@ class TrainingConfig(ExecutionConfig):
     export_onnx: bool = False
     nan_guard: NanGuardConfig = field(default_factory=NanGuardConfig)
     mps_probe_timeout_s: float = 5.0
+    mps_attach_timeout_s: float = 15.0
+    ingress_slots: int = 4
+    stall_timeout_s: float = 120.0
+    startup_timeout_s: float = 900.0
+    tensorboard: bool = True
 
 
 @dataclass

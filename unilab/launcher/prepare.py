@@ -29,6 +29,7 @@ class PreparedRun:
     run_dir: Path
     config: dict[str, Any]
     manifest: RuntimeManifest
+    resume_checkpoint: str | None = None
 
 
 def execution_evidence(cfg: DictConfig) -> CudaProcessSharingEvidence:
@@ -41,10 +42,59 @@ def execution_evidence(cfg: DictConfig) -> CudaProcessSharingEvidence:
     return CudaProcessSharingEvidence.model_validate(data)
 
 
+def _check_devices(training: dict) -> None:
+    devices = training.get("devices")
+    if not devices:
+        return
+    if len(devices) > 1:
+        raise ConfigError(
+            f"training.devices={devices}: data-parallel training over several GPUs is not available in this "
+            "build; use one device, e.g. training.devices=[0]"
+        )
+    wanted = f"cuda:{devices[0]}"
+    if str(training["device"]) not in (wanted, "cuda" if devices[0] == 0 else wanted):
+        raise ConfigError(
+            f"training.devices={devices} but training.device={training['device']}: "
+            f"set training.device={wanted} (or drop training.devices)"
+        )
+
+
+def _resume_target(resume: str | None) -> tuple[Path | None, str | None]:
+    if not resume:
+        return None, None
+    from unilab.runtime.checkpoint import find_checkpoint, run_dir_of
+
+    try:
+        checkpoint = find_checkpoint(resume)
+    except FileNotFoundError as exc:
+        raise ConfigError(str(exc)) from exc
+    run_dir = run_dir_of(checkpoint)
+    if not (run_dir / "run_config.json").exists():
+        raise ConfigError(f"training.resume={resume}: {run_dir} is not a unilab run directory")
+    return run_dir, str(checkpoint)
+
+
+def _archive_segment(run_dir: Path) -> None:
+    """Keep the evidence of earlier segments of a resumed run under segments/<n>/."""
+    segments = run_dir / "segments"
+    n = len(list(segments.glob("*"))) if segments.exists() else 0
+    target = segments / str(n)
+    target.mkdir(parents=True)
+    for name in ("run_config.json", "runtime_manifest.json", "run_summary.json"):
+        if (run_dir / name).exists():
+            (run_dir / name).replace(target / name)
+
+
 def prepare_run(cfg: DictConfig) -> PreparedRun:
     evidence = execution_evidence(cfg)
     config = resolved_config(cfg)
-    run_dir = new_run_dir(cfg.training.log_dir, cfg.training.run_name, str(cfg.algo.name), str(cfg.task.name))
+    _check_devices(config["training"])
+    resume_dir, checkpoint = _resume_target(config["training"].get("resume"))
+    if resume_dir is not None:
+        run_dir = resume_dir
+        _archive_segment(run_dir)
+    else:
+        run_dir = new_run_dir(cfg.training.log_dir, cfg.training.run_name, str(cfg.algo.name), str(cfg.task.name))
     write_run_config(run_dir, config)
     manifest = RuntimeManifest(
         run_dir=str(run_dir),
@@ -54,4 +104,4 @@ def prepare_run(cfg: DictConfig) -> PreparedRun:
         cuda_process_sharing=evidence,
     )
     manifest.write(run_dir)
-    return PreparedRun(run_dir=run_dir, config=config, manifest=manifest)
+    return PreparedRun(run_dir=run_dir, config=config, manifest=manifest, resume_checkpoint=checkpoint)

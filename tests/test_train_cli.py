@@ -1,0 +1,211 @@
+"""`train` composition: fail-closed before anything exists, evidence files when it passes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fakes import GPU_A, FakeNvml
+from unilab.cli.train import main as train_main
+from unilab.cli.tools import main as tools_main
+
+
+class Spy:
+    def __init__(self, result=0):
+        self.calls = []
+        self.result = result
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+        return self.result
+
+
+@pytest.fixture
+def spies(monkeypatch):
+    """Spies on the process launcher and the environment factory."""
+    import unilab.launcher.launch as launch_mod
+    import unilab.tasks as tasks
+
+    launcher, env_factory = Spy(), Spy()
+    monkeypatch.setattr(launch_mod, "launch", launcher)
+    monkeypatch.setattr(tasks, "make_env", env_factory)
+    return launcher, env_factory
+
+
+@pytest.fixture
+def fake_host(monkeypatch, mps_env):
+    import unilab.execution.probe as probe_mod
+
+    monkeypatch.setattr(probe_mod, "SystemNvml", lambda: FakeNvml())
+    for key, value in mps_env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+def run_train(*args) -> int:
+    try:
+        train_main(list(args))
+    except SystemExit as exc:
+        return exc.code or 0
+    return 0
+
+
+def run_dirs(log_dir: Path) -> list[Path]:
+    return sorted(p for p in log_dir.iterdir() if p.is_dir()) if log_dir.exists() else []
+
+
+def test_default_composes_and_records_effective_null(tmp_path, spies, capsys):
+    log_dir = tmp_path / "runs"
+    assert run_train("training.device=cpu", f"training.log_dir={log_dir}") == 0
+    (run,) = run_dirs(log_dir)
+    manifest = json.loads((run / "runtime_manifest.json").read_text())
+    sharing = manifest["cuda_process_sharing"]
+    assert sharing["configured"] is None and sharing["effective"] is None
+    assert sharing["schema_version"] == 1 and sharing["probed_at"]
+    config = json.loads((run / "run_config.json").read_text())
+    assert config["training"]["cuda_process_sharing"] is None
+    assert "execution_evidence" not in config
+    launcher, _ = spies
+    assert len(launcher.calls) == 1
+
+
+def test_mps_on_this_host_fails_closed(tmp_path, spies, capsys, monkeypatch):
+    """With no usable GPU/daemon: exit 2, first unmet prerequisite and its fix, nothing created."""
+    import unilab.execution.probe as probe_mod
+
+    monkeypatch.setattr(probe_mod, "SystemNvml", lambda: FakeNvml(available=False))
+    log_dir = tmp_path / "runs"
+    assert run_train("+execution=mps", f"training.log_dir={log_dir}") == 2
+    err = capsys.readouterr().err
+    assert "nvml_available" in err and "fix:" in err
+    assert "Traceback" not in err
+    assert not log_dir.exists()
+    launcher, env_factory = spies
+    assert launcher.calls == [] and env_factory.calls == []
+
+
+def test_cfg_resolve_fails_with_the_same_diagnostic(tmp_path, spies, capsys, fake_host, monkeypatch):
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "no-daemon"))
+    assert run_train("--cfg", "job", "--resolve", "+execution=mps") == 2
+    err = capsys.readouterr().err
+    assert "mps_pipe_directory" in err and "nvidia-cuda-mps-control -d" in err
+
+
+def test_cpu_learner_with_mps_fails_closed(tmp_path, spies, capsys, fake_host):
+    log_dir = tmp_path / "runs"
+    assert run_train("+execution=mps", "training.device=cpu", f"training.log_dir={log_dir}") == 2
+    assert "learner_cuda" in capsys.readouterr().err
+    assert not log_dir.exists() and spies[0].calls == []
+
+
+def test_mps_valid_writes_evidence(tmp_path, spies, fake_host, daemon):
+    log_dir = tmp_path / "runs"
+    assert run_train("+execution=mps", f"training.log_dir={log_dir}") == 0
+    (run,) = run_dirs(log_dir)
+    sharing = json.loads((run / "runtime_manifest.json").read_text())["cuda_process_sharing"]
+    assert sharing["configured"] == "mps" and sharing["validated"] is True
+    assert sharing["gpu_uuid"] == GPU_A.uuid
+    assert sharing["control_pipe"] == str(daemon.control)
+    assert sharing["control_daemon_pid"] == os.getpid() and sharing["server_pid"] is None
+    assert json.loads((run / "run_config.json").read_text())["training"]["cuda_process_sharing"] == "mps"
+
+
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("training.cuda_process_sharing=mpss", "expected one of [mps]"),
+        ("training.cuda_process_sharing=MPS", "expected one of [mps]"),
+        ("training.cuda_process_sharing=' mps '", "expected one of [mps]"),
+        ("training.no_such_key=1", "no_such_key"),
+        ("training.seed=abc", "training.seed"),
+        ("+execution=mpss", "execution/mpss"),
+        ("execution_evidence=forged", "execution_evidence"),
+    ],
+)
+def test_bad_keys_and_values_fail_at_compose(tmp_path, spies, capsys, override, needle):
+    log_dir = tmp_path / "runs"
+    assert run_train(override, f"training.log_dir={log_dir}") == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+    assert not log_dir.exists() and spies[0].calls == []
+
+
+def test_multirun_composes_two_jobs(tmp_path, spies, fake_host, daemon):
+    log_dir = tmp_path / "runs"
+    assert run_train("-m", "+execution=default,mps", f"training.log_dir={log_dir}") == 0
+    runs = run_dirs(log_dir)
+    modes = sorted(str(json.loads((r / "runtime_manifest.json").read_text())["cuda_process_sharing"]["configured"])
+                   for r in runs)
+    assert modes == ["None", "mps"]
+    assert len(spies[0].calls) == 2
+    # The A/B check: only the execution mode differs between the two runs.
+    assert tools_main(["config", "diff", str(runs[0]), str(runs[1]), "--json"]) == 1
+
+
+def test_config_diff_shows_only_the_mode(tmp_path, spies, fake_host, daemon, capsys):
+    log_dir = tmp_path / "runs"
+    run_train("+execution=default", f"training.log_dir={log_dir}", "training.run_name=a")
+    run_train("+execution=mps", f"training.log_dir={log_dir}", "training.run_name=b")
+    capsys.readouterr()
+    assert tools_main(["config", "diff", str(log_dir / "a"), str(log_dir / "b"), "--ignore", "training.run_name"]) == 1
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out == ['training.cuda_process_sharing  null -> "mps"']
+    assert tools_main(["config", "diff", str(log_dir / "a"), str(log_dir / "a")]) == 0
+    assert tools_main(["config", "diff", str(log_dir / "a"), str(log_dir / "missing")]) == 2
+
+
+def test_short_form_maps_onto_groups(tmp_path, spies):
+    log_dir = tmp_path / "runs"
+    args = ["--algo", "fastsac", "--task=g1_walk_flat", "--sim", "mjwarp", f"training.log_dir={log_dir}"]
+    assert run_train(*args) == 0
+    (run,) = run_dirs(log_dir)
+    config = json.loads((run / "run_config.json").read_text())
+    assert config["algo"]["name"] == "fastsac" and config["task"]["name"] == "g1_walk_flat"
+
+
+def test_sac_is_an_alias_of_fastsac(tmp_path, spies):
+    log_dir = tmp_path / "runs"
+    assert run_train("--algo", "sac", f"training.log_dir={log_dir}") == 0
+    (run,) = run_dirs(log_dir)
+    assert json.loads((run / "run_config.json").read_text())["algo"]["name"] == "fastsac"
+
+
+@pytest.mark.parametrize("args", [["--algo"], ["--algo", "fastsac", "algo=sac"], ["--task", "--sim", "mjwarp"]])
+def test_short_form_usage_errors(args, spies, capsys):
+    assert run_train(*args) == 2
+    assert "train:" in capsys.readouterr().err
+
+
+def test_manifest_schema_command(capsys):
+    assert tools_main(["manifest", "schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert "cuda_process_sharing" in schema["properties"]
+    evidence = schema["$defs"]["CudaProcessSharingEvidence"]["properties"]
+    for field in ("configured", "effective", "validated", "control_daemon_pid", "server_pid", "control_pipe",
+                  "pipe_directory", "pipe_directory_source", "learner_device", "collector_device", "gpu_uuid",
+                  "compute_mode", "probed_at"):
+        assert field in evidence
+
+
+def test_console_script_fails_closed_without_importing_cuda_libraries(tmp_path):
+    """The real entry point in a fresh interpreter: exit 2, no run dir, torch/warp never imported."""
+    log_dir = tmp_path / "runs"
+    script = (
+        "import sys\n"
+        "from unilab.cli.train import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    code = e.code\n"
+        "print('RESULT', code, *(m in sys.modules for m in ('torch', 'warp', 'mujoco_warp')))\n"
+    )
+    env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=str(tmp_path / "none"))
+    done = subprocess.run(
+        [sys.executable, "-c", script, "+execution=mps", "training.device=cpu", f"training.log_dir={log_dir}"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert "RESULT 2 False False False" in done.stdout, done.stdout + done.stderr
+    assert "learner_cuda" in done.stderr
+    assert not log_dir.exists()

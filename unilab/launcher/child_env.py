@@ -1,0 +1,37 @@
+"""The environment both children start with: the MPS variables are there before any CUDA init."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+from unilab.execution.evidence import CudaProcessSharingEvidence
+
+
+def child_device_and_env(evidence: CudaProcessSharingEvidence, device: str) -> tuple[str, dict[str, str]]:
+    """(device string inside the children, environment overrides for them)."""
+    if evidence.configured != "mps":
+        return device, {}
+    env = {
+        "CUDA_MPS_PIPE_DIRECTORY": evidence.pipe_directory,
+        # Pin the probed GPU by UUID: inside the children it is cuda:0, whatever the ordinal was.
+        "CUDA_VISIBLE_DEVICES": evidence.gpu_uuid,
+    }
+    log_dir = os.environ.get("CUDA_MPS_LOG_DIRECTORY")
+    if log_dir:
+        env["CUDA_MPS_LOG_DIRECTORY"] = log_dir
+    return "cuda:0", env
+
+
+@contextmanager
+def environ(overrides: dict[str, str]):
+    saved = {k: os.environ.get(k) for k in overrides}
+    os.environ.update(overrides)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -1,0 +1,28 @@
+"""run_summary.json: how a run ended (completed / failed / interrupted), why, final metrics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, Field
+
+from unilab.evidence.atomic import write_json_atomic
+
+SUMMARY_FILE = "run_summary.json"
+
+
+class RunSummary(BaseModel):
+    schema_version: int = 1
+    status: Literal["completed", "failed", "interrupted"]
+    cause: Optional[str] = None
+    failed_role: Optional[str] = None
+    traceback: Optional[str] = None
+    iterations: Optional[int] = None
+    env_steps: Optional[int] = None
+    wall_s: float
+    exit_codes: dict[str, Optional[int]] = Field(default_factory=dict)
+    final_metrics: dict[str, Any] = Field(default_factory=dict)
+
+    def write(self, run_dir: str | Path) -> Path:
+        return write_json_atomic(Path(run_dir) / SUMMARY_FILE, self.model_dump(mode="json"))

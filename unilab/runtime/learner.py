@@ -1,0 +1,240 @@
+"""The learner process: serves inference to the collector and runs the update phases.
+
+Per iteration: for each of the `env_steps_per_sync` ticks, wait for the collector's
+observation, run the acting policy on a high-priority stream and publish the action; then
+the update phase on its own stream: publish the weights of the previous update to the acting
+copy, ingest the replay slot, launch the (captured) update. The host does not wait for the
+update: the next ticks' inference and the collector's physics overlap it on the GPU, which
+is the overlap CUDA MPS turns into throughput. The acting policy therefore lags the trained
+one by one update phase.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+
+from .messages import Mailbox, StopRequested, become_child
+from .spec import RoleSpec, report_ready
+
+
+def learner_main(spec: RoleSpec, inbox, to_collector, to_launcher, stop_event, go_event) -> None:
+    become_child("learner")
+    loop = None
+    try:
+        loop = LearnerLoop(spec, Mailbox("learner", inbox, stop_event), to_collector, to_launcher, go_event)
+        loop.run()
+        to_launcher.put(("finished", "learner", loop.summary("completed")))
+    except StopRequested:
+        # interrupted or a fault elsewhere: keep what was learned
+        to_launcher.put(("finished", "learner", loop.save_on_stop() if loop else {}))
+    except BaseException:
+        to_launcher.put(("error", "learner", traceback.format_exc()))
+        raise SystemExit(1)
+    finally:
+        to_collector.put(("stop",))
+        if loop is not None:
+            loop.close()
+
+
+class LearnerLoop:
+    def __init__(self, spec: RoleSpec, mailbox: Mailbox, to_collector, to_launcher, go_event):
+        import torch
+        import torch.multiprocessing  # noqa: F401  (CUDA IPC pickling for the queues)
+
+        from unilab.algos.base import make_learner
+
+        from .checkpoint import load_checkpoint
+        from .metrics import MetricsWriter
+        from .shared import CrossProcessEvent
+        from .timing import Stamp
+
+        self.torch = torch
+        self.spec = spec
+        self.mailbox = mailbox
+        self.to_collector = to_collector
+        self.device = device = torch.device(spec.device)
+        report_ready("learner", device, to_launcher)
+        torch.manual_seed(spec.seed)
+        _, dims, self.obs_buf, self.act_buf, self.slots, handles = mailbox.get(
+            "buffers", phase="startup: waiting for the collector's environment", timeout_s=spec.startup_timeout_s
+        )
+        self.dims = dims
+        self.obs_ready = CrossProcessEvent(device, handles["obs_ready"])
+        self.slot_ready = [CrossProcessEvent(device, h) for h in handles["slot_ready"]]
+        self.act_ready = CrossProcessEvent(device)
+        self.slot_free = [CrossProcessEvent(device) for _ in self.slots]
+        to_collector.put(("learner_events", self.act_ready.handle(), [e.handle() for e in self.slot_free]))
+
+        algo = spec.algo
+        self.learner = make_learner(_attrs(algo), dims.obs_dim, dims.critic_obs_dim, dims.action_dim, device,
+                                    spec.seed)
+        self.iteration = spec.start_iteration
+        self.env_steps = 0
+        if spec.resume_checkpoint:
+            state = load_checkpoint(spec.resume_checkpoint, device)
+            self.learner.load_state_dict(state["learner"])
+            self.iteration = int(state["iteration"])
+            self.env_steps = int(state["env_steps"])
+        self.max_iterations = int(algo["max_iterations"])
+        self.save_interval = int(algo["save_interval"])
+        self.learning_starts = int(algo.get("learning_starts", 0))
+        self.nan_guard = bool(spec.training["nan_guard"]["enabled"])
+        self.nan_trips = 0
+        self.trained_once = False
+        self.metrics = MetricsWriter(spec.run_dir, tensorboard=bool(spec.extra.get("tensorboard", True)))
+        self.last_row: dict = {}
+        cuda = device.type == "cuda"
+        self.inf_stream = torch.cuda.Stream(device, priority=-1) if cuda else None
+        self.upd_stream = torch.cuda.Stream(device, priority=0) if cuda else None
+        # Two sets of stamps: iteration i is read back while i+1 runs.
+        self.stamps = [{name: Stamp(device) for name in ("inf_start", "inf_end", "train_start", "train_end")}
+                       for _ in range(2)]
+        self.published = [Stamp(device) for _ in range(2)]
+        self.last_published = None
+        self.host_stats = [torch.zeros(8, pin_memory=cuda) for _ in range(2)]
+        self.pending: dict | None = None
+        if not go_event.wait(spec.startup_timeout_s):
+            raise RuntimeError("learner: the launcher never confirmed the start (MPS verification?)")
+
+    def _stream(self, stream):
+        import contextlib
+
+        return self.torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+
+    def run(self) -> None:
+        torch = self.torch
+        k_ticks = self.dims.ticks_per_slot
+        timeout = self.spec.stall_timeout_s
+        tick = 0
+        while self.iteration < self.max_iterations:
+            t_iter = time.perf_counter()
+            st = self.stamps[self.iteration % 2]
+            wait_ms = 0.0
+            for k in range(k_ticks):
+                t0 = time.perf_counter()
+                self.mailbox.get("obs", phase="waiting for the collector's observation", timeout_s=timeout)
+                wait_ms += 1e3 * (time.perf_counter() - t0)
+                with self._stream(self.inf_stream):
+                    self.obs_ready.wait(self.inf_stream)
+                    if self.inf_stream is not None and self.last_published is not None:
+                        self.inf_stream.wait_event(self.last_published.event)  # acting weights are copied
+                    if k == 0:
+                        st["inf_start"].record(self.inf_stream)
+                    if self.trained_once:
+                        action = self.learner.act(self.obs_buf)
+                    else:
+                        action = torch.rand(self.act_buf.shape, device=self.device) * 2 - 1
+                    self.act_buf.copy_(action)
+                    self.act_ready.record(self.inf_stream)
+                    if k == k_ticks - 1:
+                        st["inf_end"].record(self.inf_stream)
+                self.to_collector.put(("act", tick))
+                tick += 1
+            _, s, collector_timings = self.mailbox.get("chunk", phase="waiting for the replay slot", timeout_s=timeout)
+            self._update_phase(s, st)
+            self.env_steps += self.dims.num_envs * k_ticks
+            self._log_previous(timeout)
+            self.pending = {"iteration": self.iteration, "env_steps": self.env_steps, "wait_ms": wait_ms,
+                            "collector": collector_timings, "t_iter": t_iter}
+            self.iteration += 1
+            if self.iteration % self.save_interval == 0 and self.iteration < self.max_iterations:
+                self.save()
+        self._log_previous(timeout, final=True)
+        self.save()
+        if self.spec.training.get("export_onnx"):
+            self.learner.export_onnx(f"{self.spec.run_dir}/policy.onnx")
+
+    def _update_phase(self, s: int, st: dict) -> None:
+        torch = self.torch
+        slot = self.slots[s]
+        with self._stream(self.upd_stream):
+            self.slot_ready[s].wait(self.upd_stream)
+            if self.upd_stream is not None:
+                self.upd_stream.wait_event(st["inf_end"].event)  # inference has read the acting weights
+            st["train_start"].record(self.upd_stream)
+            if self.trained_once:
+                self.learner.publish_policy()
+            self.published[self.iteration % 2].record(self.upd_stream)
+            self.last_published = self.published[self.iteration % 2]
+            self.learner.add({k: slot[k] for k in ("obs", "critic_obs", "action", "reward", "next_obs",
+                                                   "next_critic_obs", "terminated")})
+            stats = slot["episode_stats"].clone()
+            self.slot_free[s].record(self.upd_stream)
+            self.to_collector.put(("free", s))
+            losses = None
+            if self.learner.ready() and self.iteration >= self.learning_starts:
+                out = self.learner.update()
+                losses = torch.stack([out["critic_loss"].float(), out["actor_loss"].float(), out["alpha"].float()])
+                self.trained_once = True
+            host = self.host_stats[self.iteration % 2]
+            packed = torch.cat([stats, losses if losses is not None else torch.full((3,), float("nan"),
+                                                                                   device=self.device),
+                                torch.tensor([float(losses is not None), 0.0], device=self.device)])
+            host.copy_(packed, non_blocking=True)
+            st["train_end"].record(self.upd_stream)
+
+    def _log_previous(self, timeout: float, final: bool = False) -> None:
+        """Write the metrics row of the previous iteration (its GPU work is done or nearly so)."""
+        p = self.pending
+        if p is None:
+            return
+        i = p["iteration"]
+        st = self.stamps[i % 2]
+        st["train_end"].wait_done(timeout, "learner: update phase")
+        stats = self.host_stats[i % 2].tolist()
+        count, ret_sum, len_sum, critic_loss, actor_loss, alpha, trained, _ = stats
+        now = time.perf_counter()
+        iteration_ms = 1e3 * (now - p["t_iter"]) if not final else None
+        if trained and self.nan_guard and not all(map(math.isfinite, (critic_loss, actor_loss, alpha))):
+            self.nan_trips += 1
+            if self.nan_trips >= 3:
+                raise FloatingPointError(f"nan guard: non-finite losses in 3 update phases (iteration {i})")
+        values = {
+            "iteration_ms": iteration_ms,
+            "env_steps_per_s": self.dims.num_envs * self.dims.ticks_per_slot / (iteration_ms / 1e3)
+            if iteration_ms else None,
+            "learner_train_ms": st["train_start"].ms_until(st["train_end"]),
+            "learner_wait_for_collector_ms": p["wait_ms"],
+            "learner_inference_ms": st["inf_start"].ms_until(st["inf_end"]),
+            "replay_size": self.learner.replay.size,
+            "episode_return": ret_sum / count if count else None,
+            "episode_length": len_sum / count if count else None,
+            "episodes_finished": count,
+            "critic_loss": critic_loss if trained else None,
+            "actor_loss": actor_loss if trained else None,
+            "alpha": alpha if trained else None,
+            "nan_guard_trips": self.nan_trips,
+            **p["collector"],
+        }
+        self.last_row = self.metrics.write(i, p["env_steps"], values, max_iterations=self.max_iterations)
+        self.pending = None
+
+    def save(self) -> None:
+        from .checkpoint import save_checkpoint
+
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize(self.device)
+        save_checkpoint(self.spec.run_dir, self.iteration, self.env_steps, self.learner.state_dict())
+
+    def save_on_stop(self) -> dict:
+        self.save()
+        return self.summary("interrupted")
+
+    def summary(self, status: str) -> dict:
+        return {"status": status, "iterations": self.iteration, "env_steps": self.env_steps,
+                "final_metrics": self.last_row}
+
+    def close(self) -> None:
+        self.metrics.close()
+
+
+class _attrs(dict):
+    """Attribute access over the resolved algo config dict."""
+
+    def __getattr__(self, key):
+        try:
+            return self[key]
+        except KeyError as exc:
+            raise AttributeError(key) from exc

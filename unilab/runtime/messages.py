@@ -1,0 +1,91 @@
+"""Host-side signalling between the launcher, the learner and the collector.
+
+Every wait is bounded: a phase that does not progress within its timeout raises a StallError
+naming the phase, instead of hanging both processes.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class StallError(RuntimeError):
+    def __init__(self, role: str, phase: str, timeout_s: float):
+        self.phase = phase
+        super().__init__(f"{role}: no progress in phase '{phase}' within {timeout_s:g} s")
+
+
+class StopRequested(Exception):
+    """The launcher asked this process to stop (shutdown, interrupt or a fault elsewhere)."""
+
+
+class ParentGone(RuntimeError):
+    pass
+
+
+@dataclass
+class Mailbox:
+    """One inbound queue; messages are (kind, *payload) tuples, kept per kind until asked for."""
+
+    role: str
+    inbox: Any
+    stop_event: Any
+    parent_pid: int = field(default_factory=os.getppid)
+    _pending: dict = field(default_factory=lambda: defaultdict(deque))
+
+    def get(self, kind: str, *, phase: str, timeout_s: float) -> tuple:
+        pending = self._pending[kind]
+        if pending:
+            return pending.popleft()
+        if self._pending["stop"]:
+            raise StopRequested()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.stop_event.is_set():
+                raise StopRequested()
+            if os.getppid() != self.parent_pid:
+                raise ParentGone(f"{self.role}: the launching process is gone")
+            try:
+                msg = self.inbox.get(timeout=min(0.25, max(0.0, deadline - time.monotonic())) or 0.001)
+            except queue.Empty:
+                if time.monotonic() >= deadline:
+                    raise StallError(self.role, phase, timeout_s) from None
+                continue
+            if msg[0] == kind:
+                return msg
+            if msg[0] == "stop":
+                raise StopRequested()
+            self._pending[msg[0]].append(msg)
+
+    def poll(self, kind: str) -> tuple | None:
+        """A message of `kind` if one has arrived, without waiting."""
+        self._drain()
+        pending = self._pending[kind]
+        return pending.popleft() if pending else None
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                msg = self.inbox.get_nowait()
+            except queue.Empty:
+                return
+            self._pending[msg[0]].append(msg)
+
+
+def become_child(role: str) -> None:
+    """Process-level setup of a learner or collector: exit with the launcher, leave Ctrl-C to it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher handles SIGINT and tells us to stop
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:  # not Linux: the Mailbox still notices a vanished parent
+        pass

@@ -1,0 +1,108 @@
+"""Per-iteration metrics: metrics.jsonl (schema-versioned), TensorBoard, a console line."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+METRICS_SCHEMA_VERSION = 1
+METRICS_FILE = "metrics.jsonl"
+
+# Every iteration row carries these keys (null when not measured yet, e.g. before learning starts).
+METRIC_KEYS = (
+    "iteration_ms",
+    "env_steps_per_s",
+    "learner_train_ms",
+    "learner_wait_for_collector_ms",
+    "learner_inference_ms",
+    "collector_env_step_ms",
+    "collector_backend_step_ms",
+    "collector_replay_write_ms",
+    "collector_wait_for_action_ms",
+    "replay_size",
+    "ingress_backpressure",
+    "episode_return",
+    "episode_length",
+    "critic_loss",
+    "actor_loss",
+    "alpha",
+    "nan_guard_trips",
+)
+
+
+def _clean(value):
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+class MetricsWriter:
+    def __init__(self, run_dir: str | Path, *, tensorboard: bool = True, console_every_s: float = 2.0):
+        self.path = Path(run_dir) / METRICS_FILE
+        self._file = open(self.path, "a", buffering=1)
+        self._tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"))
+        self._console_every_s = console_every_s
+        self._last_console = 0.0
+
+    def write(self, iteration: int, env_steps: int, values: dict, *, max_iterations: int) -> dict:
+        row = {"schema_version": METRICS_SCHEMA_VERSION, "iteration": iteration, "env_steps": env_steps,
+               "time": round(time.time(), 3)}
+        for key in METRIC_KEYS:
+            row[key] = _clean(values.get(key))
+        for key, value in values.items():
+            if key not in row:
+                row[key] = _clean(value) if isinstance(value, (int, float)) else value
+        self._file.write(json.dumps(row) + "\n")
+        if self._tb is not None:
+            for key, value in row.items():
+                if key not in ("schema_version", "iteration", "time") and isinstance(value, float):
+                    self._tb.add_scalar(_tb_tag(key), value, iteration)
+        now = time.monotonic()
+        if now - self._last_console >= self._console_every_s or iteration + 1 >= max_iterations:
+            self._last_console = now
+            print(progress_line(row, max_iterations), file=sys.stderr, flush=True)
+        return row
+
+    def close(self) -> None:
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def _tb_tag(key: str) -> str:
+    for prefix, group in (("learner_", "learner/"), ("collector_", "collector/"), ("episode_", "episode/")):
+        if key.startswith(prefix):
+            return group + key[len(prefix):]
+    if key.endswith("_loss") or key == "alpha":
+        return "loss/" + key
+    return "perf/" + key
+
+
+def progress_line(row: dict, max_iterations: int) -> str:
+    def f(key, fmt):
+        v = row.get(key)
+        return "-" if v is None else format(v, fmt)
+
+    sps = row.get("env_steps_per_s")
+    sps_text = "-" if sps is None else f"{sps / 1e3:.1f}k"
+    return (
+        f"[it {row['iteration'] + 1}/{max_iterations}] {sps_text} steps/s | iter {f('iteration_ms', '.1f')} ms"
+        f" | train {f('learner_train_ms', '.1f')} | wait {f('learner_wait_for_collector_ms', '.1f')}"
+        f" | env {f('collector_env_step_ms', '.1f')} | ret {f('episode_return', '.2f')}"
+        f" len {f('episode_length', '.0f')} | replay {int(row.get('replay_size') or 0)}"
+    )
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

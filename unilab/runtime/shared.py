@@ -1,0 +1,69 @@
+"""Buffers the collector shares with the learner, and the cross-process ordering of GPU work.
+
+On CUDA the tensors travel as CUDA IPC handles and GPU work is ordered with interprocess
+CUDA events: a host message says "tick t is published", the receiver makes its stream wait
+on the event (no host sync). On the CPU the same code runs with shared-memory tensors and
+no events (CPU work is complete when the message is sent).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+SLOT_FIELDS = ("obs", "critic_obs", "action", "reward", "next_obs", "next_critic_obs", "terminated")
+
+
+@dataclass
+class Dims:
+    num_envs: int
+    obs_dim: int
+    critic_obs_dim: int
+    action_dim: int
+    ticks_per_slot: int  # env_steps_per_sync
+
+
+def make_slot(d: Dims, device: torch.device) -> dict[str, torch.Tensor]:
+    rows = d.num_envs * d.ticks_per_slot
+    z = lambda *shape: torch.zeros(*shape, device=device)  # noqa: E731
+    slot = {
+        "obs": z(rows, d.obs_dim),
+        "critic_obs": z(rows, d.critic_obs_dim),
+        "action": z(rows, d.action_dim),
+        "reward": z(rows),
+        "next_obs": z(rows, d.obs_dim),
+        "next_critic_obs": z(rows, d.critic_obs_dim),
+        "terminated": z(rows),
+        # finished episodes in this chunk: count, sum of returns, sum of lengths
+        "episode_stats": z(3),
+    }
+    return slot
+
+
+class CrossProcessEvent:
+    """An interprocess CUDA event; a no-op on the CPU."""
+
+    def __init__(self, device: torch.device, handle: bytes | None = None):
+        self.cuda = device.type == "cuda"
+        self.event = None
+        if self.cuda:
+            if handle is None:
+                self.event = torch.cuda.Event(interprocess=True)
+            else:
+                self.event = torch.cuda.Event.from_ipc_handle(device, handle)
+
+    def handle(self) -> bytes | None:
+        return self.event.ipc_handle() if self.cuda else None
+
+    def record(self, stream=None) -> None:
+        if self.cuda:
+            self.event.record(stream)
+
+    def wait(self, stream=None) -> None:
+        if self.cuda:
+            (stream or torch.cuda.current_stream()).wait_event(self.event)
+
+
+def share(t: torch.Tensor) -> torch.Tensor:
+    return t if t.is_cuda else t.share_memory_()

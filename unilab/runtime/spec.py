@@ -1,0 +1,47 @@
+"""What the launcher hands each child process (picklable, no torch objects)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class RoleSpec:
+    run_dir: str
+    config: dict[str, Any]  # the resolved run_config
+    device: str  # torch device string as seen inside the child
+    rank: int = 0
+    world_size: int = 1
+    start_iteration: int = 0
+    resume_checkpoint: str | None = None
+    stall_timeout_s: float = 120.0
+    startup_timeout_s: float = 900.0
+    replay_slots: int = 4
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def training(self) -> dict[str, Any]:
+        return self.config["training"]
+
+    @property
+    def algo(self) -> dict[str, Any]:
+        return self.config["algo"]
+
+    @property
+    def seed(self) -> int:
+        return int(self.training["seed"]) + 1000 * self.rank
+
+
+def report_ready(role: str, device, to_launcher) -> None:
+    """Create this process's CUDA context, then tell the launcher which GPU it really sees."""
+    import os
+
+    import torch
+
+    uuid = None
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        torch.zeros(1, device=device)  # the context exists from here on
+        uuid = "GPU-" + str(torch.cuda.get_device_properties(device).uuid)
+    to_launcher.put(("ready", role, os.getpid(), device.type, uuid))
