@@ -1,0 +1,24 @@
+"""Simulation config (plain dataclass: importable without warp, torch or mujoco)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass
+class MjWarpSimConfig:
+    backend: str = "mjwarp"
+    timestep: float = 0.005
+    decimation: int = 4  # physics substeps per policy step (50 Hz policy at 0.005 s)
+    nconmax: Optional[int] = None  # contacts per world (None: derived from the model)
+    njmax: Optional[int] = None  # constraint rows per world (None: derived from the model)
+    cuda_graph: bool = True  # capture the decimated step as one CUDA graph on CUDA
+    overflow: str = "error"  # "error" | "count": reaction to contact/constraint overflow
+    verbose: bool = False  # Warp module-load lines and MJWarp overflow prints
+
+    def __post_init__(self) -> None:
+        if self.overflow not in ("error", "count"):
+            raise ValueError(f"overflow must be 'error' or 'count', got {self.overflow!r}")
+        if self.decimation < 1:
+            raise ValueError("decimation must be >= 1")
