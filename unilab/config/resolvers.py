@@ -8,9 +8,9 @@ from .schema import PROBE_RESOLVER
 
 
 def _probe(requested, learner_device, collector_device, backend, timeout_s):
-    from unilab.execution import probe_cuda_process_sharing
+    from unilab.execution import probe
 
-    evidence = probe_cuda_process_sharing(
+    evidence = probe.probe_cuda_process_sharing(
         requested, learner_device, collector_device, backend=backend, timeout_s=float(timeout_s)
     )
     return OmegaConf.create(evidence.model_dump(mode="json"))

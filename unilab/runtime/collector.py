@@ -125,7 +125,9 @@ def _chunk_timings(stamps, env, timeout: float) -> dict[str, float]:
     env_ms = sum(st[1].ms_until(st[2]) for st in stamps)
     write_ms = sum(st[0].ms_until(st[1]) + st[2].ms_until(st[3]) for st in stamps)
     timing = env.timing
+    overflow = env.backend.check_overflow()  # raises with sim.overflow=error: never a silent overflow
     return {
+        "sim_overflow": float(overflow or 0),
         "collector_env_step_ms": env_ms,
         "collector_backend_step_ms": float(timing.get("backend_ms", 0.0)) * len(stamps),
         "collector_replay_write_ms": write_ms,
