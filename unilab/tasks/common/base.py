@@ -1,0 +1,271 @@
+"""Shared base of batched tasks: one MJWarp backend, episode bookkeeping, reward
+plumbing and on-device auto-reset.
+
+`step` never synchronises with the host: no `.item()`, no boolean indexing, no
+Python branches on tensor values. Finished envs are reset with masked writes
+every step, whether or not any env finished.
+
+A subclass sets `reward_weights` (name -> weight per second), implements
+`_reward_<name>()` for each name (unweighted, shape (N,)) and the hooks below,
+then calls `self._finish_init()` at the end of its constructor.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import mujoco
+import numpy as np
+import torch
+
+
+class _StepTimer:
+    """Task time of the last step, read lazily: CUDA events on GPU, perf_counter on CPU."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.recorded = False
+        if self.cuda:
+            self.events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        self.stamps = [0.0] * 4
+
+    def mark(self, i: int) -> None:
+        # 0: step start, 1: before physics, 2: after physics, 3: step end.
+        if self.cuda:
+            self.events[i].record()
+        else:
+            self.stamps[i] = time.perf_counter()
+        self.recorded = True
+
+    def task_ms(self) -> float:
+        if not self.recorded:
+            return 0.0
+        if self.cuda:
+            e = self.events
+            e[3].synchronize()
+            return e[0].elapsed_time(e[1]) + e[2].elapsed_time(e[3])
+        s = self.stamps
+        return 1e3 * ((s[1] - s[0]) + (s[3] - s[2]))
+
+    def physics_ms(self) -> float:
+        if not self.recorded:
+            return 0.0
+        if self.cuda:
+            self.events[2].synchronize()
+            return self.events[1].elapsed_time(self.events[2])
+        return 1e3 * (self.stamps[2] - self.stamps[1])
+
+
+class TaskEnv:
+    """Batched env over `num_envs` MJWarp worlds of one robot with PD position actuators."""
+
+    reward_weights: dict[str, float] = {}
+
+    def __init__(self, cfg: Any, sim_cfg: Any, mj_model: mujoco.MjModel, device: str, seed: int):
+        from unilab.sim.mjwarp_backend import MjWarpBackend
+
+        self.cfg = cfg
+        self.sim_cfg = sim_cfg
+        self.device = torch.device(device)
+        self.num_envs = int(cfg.num_envs)
+        self.mj_model = mj_model
+        self.backend = MjWarpBackend(mj_model, self.num_envs, str(self.device), sim_cfg)
+        self.dt = float(sim_cfg.timestep) * int(sim_cfg.decimation)
+        # The epsilon keeps 20 s / 0.02 s at 1000 steps despite float rounding.
+        self.max_episode_length = int(math.ceil(float(cfg.episode_length_s) / self.dt - 1e-6))
+        self.action_scale = float(cfg.action_scale)
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(int(seed))
+
+        self._init_indices(mj_model)
+        n, f32 = self.num_envs, torch.float32
+        self.action_dim = int(mj_model.nu)
+        self.actions = torch.zeros(n, self.action_dim, device=self.device, dtype=f32)
+        self.last_actions = torch.zeros_like(self.actions)
+        self.episode_length = torch.zeros(n, device=self.device, dtype=torch.long)
+        self.episode_return = torch.zeros(n, device=self.device, dtype=f32)
+        self.terminated = torch.zeros(n, device=self.device, dtype=torch.bool)
+        self.common_step_counter = 0  # host int: steps since construction, same for all envs
+        self._timer = _StepTimer(self.device)
+
+    # ---------------------------------------------------------------- setup
+    def _init_indices(self, m: mujoco.MjModel) -> None:
+        """qpos/qvel addresses of the free root and of the actuated joints (actuator order)."""
+        free = np.flatnonzero(m.jnt_type == mujoco.mjtJoint.mjJNT_FREE)
+        if len(free) != 1:
+            raise ValueError(f"expected exactly one free joint, found {len(free)}")
+        self.root_qpos_adr = int(m.jnt_qposadr[free[0]])
+        self.root_dof_adr = int(m.jnt_dofadr[free[0]])
+        joints = m.actuator_trnid[:, 0]
+        self.joint_qpos_adr = m.jnt_qposadr[joints].astype(np.int64)
+        self.joint_dof_adr = m.jnt_dofadr[joints].astype(np.int64)
+        self.joint_range = torch.as_tensor(m.jnt_range[joints], dtype=torch.float32, device=self.device)
+        self._jq = _as_index(self.joint_qpos_adr, self.device)
+        self._jd = _as_index(self.joint_dof_adr, self.device)
+        # Subclasses overwrite with their stand pose; (nu,) joint position targets at action 0.
+        self.default_joint_pos = torch.zeros(m.nu, device=self.device)
+
+    def _finish_init(self) -> None:
+        """Reset all envs and size the observation spaces. Call at the end of the subclass init."""
+        self.reset()
+        self.obs_dim = int(self._compute_obs().shape[-1])
+        self.critic_obs_dim = int(self._compute_critic_obs().shape[-1])
+
+    # ------------------------------------------------------ state accessors
+    @property
+    def qpos(self) -> torch.Tensor:
+        return self.backend.qpos
+
+    @property
+    def qvel(self) -> torch.Tensor:
+        return self.backend.qvel
+
+    @property
+    def base_pos(self) -> torch.Tensor:
+        return self.qpos[:, self.root_qpos_adr:self.root_qpos_adr + 3]
+
+    @property
+    def base_quat(self) -> torch.Tensor:
+        return self.qpos[:, self.root_qpos_adr + 3:self.root_qpos_adr + 7]
+
+    @property
+    def base_lin_vel_w(self) -> torch.Tensor:
+        """World-frame linear velocity of the root (MuJoCo free-joint convention)."""
+        return self.qvel[:, self.root_dof_adr:self.root_dof_adr + 3]
+
+    @property
+    def base_ang_vel_b(self) -> torch.Tensor:
+        """Body-frame angular velocity of the root (MuJoCo free-joint convention)."""
+        return self.qvel[:, self.root_dof_adr + 3:self.root_dof_adr + 6]
+
+    @property
+    def joint_pos(self) -> torch.Tensor:
+        return self.qpos[:, self._jq]
+
+    @property
+    def joint_vel(self) -> torch.Tensor:
+        return self.qvel[:, self._jd]
+
+    # ------------------------------------------------------------- contract
+    def reset(self) -> torch.Tensor:
+        self._reset_envs(torch.ones(self.num_envs, device=self.device, dtype=torch.bool))
+        return self._compute_obs()
+
+    def critic_obs(self) -> torch.Tensor:
+        return self._compute_critic_obs()
+
+    def step(self, actions: torch.Tensor):
+        self._timer.mark(0)
+        self.last_actions.copy_(self.actions)
+        self.actions.copy_(actions.to(self.device, torch.float32).clamp(-1.0, 1.0))
+        self._apply_actions()
+        self._timer.mark(1)
+        self.backend.step()
+        self._timer.mark(2)
+
+        self.episode_length += 1
+        self.common_step_counter += 1
+        self._post_physics_step()
+        terminated = self._check_terminated()
+        self.terminated.copy_(terminated)
+        truncated = (self.episode_length >= self.max_episode_length) & ~terminated
+        reward, terms = self._compute_reward()
+        self.episode_return += reward
+
+        obs = self._compute_obs()
+        critic_obs = self._compute_critic_obs()
+        done = terminated | truncated
+        info: dict[str, Any] = {
+            "final_obs": obs,
+            "final_critic_obs": critic_obs,
+            "episode_done": done,
+            "episode_return": self.episode_return.clone(),
+            "episode_length": self.episode_length.clone(),
+        }
+        for name, value in terms.items():
+            info[f"rew/{name}"] = value.mean()
+
+        self._reset_envs(done)
+        # Envs that did not finish keep exactly the obs above (and their noise sample).
+        obs = torch.where(done[:, None], self._compute_obs(), obs)
+        critic_obs = torch.where(done[:, None], self._compute_critic_obs(), critic_obs)
+        self._timer.mark(3)
+        return obs, critic_obs, reward, terminated, truncated, info
+
+    @property
+    def timing(self) -> dict[str, float]:
+        """Last step's split; may synchronise the device."""
+        backend_ms = getattr(self.backend, "last_physics_ms", None)
+        if backend_ms is None:
+            backend_ms = self._timer.physics_ms()
+        return {"backend_ms": float(backend_ms), "task_ms": self._timer.task_ms()}
+
+    # ------------------------------------------------------------ plumbing
+    def _apply_actions(self) -> None:
+        """PD position targets around the default pose."""
+        self.backend.ctrl.copy_(self.default_joint_pos + self.action_scale * self.actions)
+
+    def _compute_reward(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        reward = torch.zeros(self.num_envs, device=self.device)
+        terms = {}
+        for name, weight in self.reward_weights.items():
+            if weight == 0.0:
+                continue
+            value = getattr(self, f"_reward_{name}")() * (weight * self.dt)
+            terms[name] = value
+            reward = reward + value
+        return torch.nan_to_num(reward, nan=0.0, posinf=0.0, neginf=0.0), terms
+
+    def _reset_envs(self, mask: torch.Tensor) -> None:
+        """Masked reset of the finished envs; a no-op on envs where mask is False."""
+        keep = ~mask
+        self.episode_length.mul_(keep)
+        self.episode_return.mul_(keep)
+        self.actions.mul_(keep[:, None])
+        self.last_actions.mul_(keep[:, None])
+        self._reset_state(mask)
+
+    def _write_state(self, mask: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
+        """Write full (N, nq)/(N, nv) states into the worlds selected by mask."""
+        self.backend.reset_worlds(mask, qpos, qvel)
+
+    # Common reward terms.
+    def _reward_alive(self) -> torch.Tensor:
+        return (~self.terminated).float()
+
+    def _reward_termination(self) -> torch.Tensor:
+        return self.terminated.float()
+
+    # Random helpers, all drawn from the env generator so a seed fixes the rollout.
+    def _rand(self, *shape: int, low: float = 0.0, high: float = 1.0) -> torch.Tensor:
+        u = torch.rand(shape, device=self.device, generator=self.generator)
+        return low + (high - low) * u
+
+    def _noise_like(self, x: torch.Tensor, half_width: float) -> torch.Tensor:
+        return (2.0 * torch.rand(x.shape, device=self.device, generator=self.generator) - 1.0) * half_width
+
+    # -------------------------------------------------------------- hooks
+    def _reset_state(self, mask: torch.Tensor) -> None:
+        """Sample initial states for masked envs (write them via _write_state) and reset task buffers."""
+        raise NotImplementedError
+
+    def _post_physics_step(self) -> None:
+        """Update task state (commands, contacts, pushes, ...) after the physics step."""
+
+    def _check_terminated(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _compute_obs(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _compute_critic_obs(self) -> torch.Tensor:
+        raise NotImplementedError
+
+
+def _as_index(adr: np.ndarray, device: torch.device):
+    """A slice when the addresses are contiguous (indexing then returns a view), else an index tensor."""
+    if len(adr) and np.all(np.diff(adr) == 1):
+        return slice(int(adr[0]), int(adr[-1]) + 1)
+    return torch.as_tensor(adr, device=device)

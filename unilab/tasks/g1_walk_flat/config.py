@@ -1,0 +1,99 @@
+"""Configuration of the `g1_walk_flat` velocity-tracking task.
+
+Pure dataclasses (no torch / warp / mujoco imports) so that Hydra's ConfigStore
+can register the schema cheaply. Reward weights are per second: the env
+multiplies each weighted term by the control step dt, as in legged_gym / mjlab.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class CommandConfig:
+    lin_vel_x: tuple[float, float] = (-1.0, 1.0)  # m/s, base frame
+    lin_vel_y: tuple[float, float] = (-0.5, 0.5)  # m/s, base frame
+    ang_vel_z: tuple[float, float] = (-1.0, 1.0)  # rad/s
+    resampling_time_s: tuple[float, float] = (4.0, 8.0)
+    standing_fraction: float = 0.1  # share of resamples that command zero velocity
+    min_lin_speed: float = 0.1  # m/s, planar commands slower than this are zeroed
+    min_ang_speed: float = 0.1  # rad/s, yaw-rate commands slower than this are zeroed
+
+
+@dataclass
+class RewardWeights:
+    track_lin_vel_xy: float = 1.0
+    track_ang_vel_z: float = 0.5
+    lin_vel_z: float = -2.0
+    ang_vel_xy: float = -0.05
+    orientation: float = -1.0
+    base_height: float = -10.0
+    action_rate: float = -0.01
+    joint_vel: float = -1.0e-3
+    joint_acc: float = -2.5e-7
+    joint_pos_limits: float = -5.0
+    joint_deviation_hip: float = -1.0
+    joint_deviation_upper: float = -0.1
+    stand_still: float = -0.2
+    feet_contact: float = 0.18
+    feet_swing_height: float = -20.0
+    feet_slip: float = -0.2
+    alive: float = 0.15
+    termination: float = -100.0
+
+
+@dataclass
+class RewardConfig:
+    weights: RewardWeights = field(default_factory=RewardWeights)
+    tracking_std: float = 0.5  # exp(-err^2 / std^2)
+    base_height_target: float | None = None  # None: the asset's default standing height
+    gait_period_s: float = 0.8
+    stance_fraction: float = 0.55  # share of the gait cycle a foot should be on the ground
+    swing_height: float = 0.08  # m, target foot clearance while swinging
+    soft_joint_limit_factor: float = 0.9
+
+
+@dataclass
+class TerminationConfig:
+    min_base_height: float = 0.3  # m, pelvis height
+    max_tilt_rad: float = 1.0  # angle between the pelvis z axis and world up
+
+
+@dataclass
+class ObservationConfig:
+    ang_vel_scale: float = 0.25
+    joint_vel_scale: float = 0.05
+    lin_vel_scale: float = 2.0  # critic only
+    clip: float = 100.0
+    # Uniform noise half-widths (in scaled units), multiplied by noise_scale; off by default.
+    noise_scale: float = 0.0
+    ang_vel_noise: float = 0.05
+    gravity_noise: float = 0.05
+    joint_pos_noise: float = 0.01
+    joint_vel_noise: float = 0.075
+
+
+@dataclass
+class RandomizationConfig:
+    # Reset distribution.
+    reset_joint_pos_noise: float = 0.1  # rad, uniform around the default pose
+    reset_base_yaw: float = 3.14159  # rad, uniform heading in [-v, v]
+    reset_base_vel_noise: float = 0.0  # m/s and rad/s, uniform
+    # Hooks, off by default.
+    friction_range: tuple[float, float] | None = None  # per-env sliding friction, resampled on reset
+    push_interval_s: float | None = None  # push every env this often
+    push_max_vel_xy: float = 0.5  # m/s, uniform planar velocity kick
+
+
+@dataclass
+class G1WalkFlatConfig:
+    name: str = "g1_walk_flat"
+    num_envs: int = 4096
+    episode_length_s: float = 20.0
+    action_scale: float = 0.5  # rad per unit action around the default pose
+    commands: CommandConfig = field(default_factory=CommandConfig)
+    rewards: RewardConfig = field(default_factory=RewardConfig)
+    terminations: TerminationConfig = field(default_factory=TerminationConfig)
+    observations: ObservationConfig = field(default_factory=ObservationConfig)
+    randomization: RandomizationConfig = field(default_factory=RandomizationConfig)

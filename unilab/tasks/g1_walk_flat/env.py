@@ -1,0 +1,275 @@
+"""`g1_walk_flat`: Unitree G1 tracks planar velocity commands on flat ground.
+
+Rewards follow legged_gym / mjlab velocity tasks: exp-kernel tracking of the
+commanded base-frame xy velocity and yaw rate, regularisers, and a gait clock
+whose stance/swing pattern the feet are rewarded for matching.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import torch
+
+from unilab.assets import g1
+from unilab.tasks.common import math as qm
+from unilab.tasks.common import rewards as rk
+from unilab.tasks.common.base import TaskEnv
+from unilab.tasks.g1_walk_flat.config import G1WalkFlatConfig
+
+_HIP_DEVIATION_JOINTS = ("hip_roll", "hip_yaw")
+_UPPER_BODY_PREFIXES = ("waist_", "left_shoulder", "right_shoulder", "left_elbow", "right_elbow",
+                        "left_wrist", "right_wrist")
+
+
+class G1WalkFlatEnv(TaskEnv):
+    def __init__(self, cfg: G1WalkFlatConfig, sim_cfg, device: str = "cpu", seed: int = 0):
+        model = g1.build_g1_model()
+        super().__init__(cfg, sim_cfg, model, device, seed)
+        self.reward_weights = dataclasses.asdict(cfg.rewards.weights)
+        dev, n = self.device, self.num_envs
+
+        self.default_joint_pos = torch.as_tensor(g1.G1_DEFAULT_QPOS_JOINTS, dtype=torch.float32, device=dev)
+        self.default_qpos = torch.as_tensor(g1.default_qpos(model), dtype=torch.float32, device=dev)
+        target = cfg.rewards.base_height_target
+        self.base_height_target = g1.G1_DEFAULT_BASE_HEIGHT if target is None else float(target)
+        self.soft_lower, self.soft_upper = rk.soft_limits(
+            self.joint_range[:, 0], self.joint_range[:, 1], cfg.rewards.soft_joint_limit_factor
+        )
+        names = g1.G1_JOINT_NAMES
+        self._hip_idx = _index([i for i, j in enumerate(names) if any(k in j for k in _HIP_DEVIATION_JOINTS)], dev)
+        self._upper_idx = _index([i for i, j in enumerate(names) if j.startswith(_UPPER_BODY_PREFIXES)], dev)
+        self._foot_site_ids = _index([model.site(s).id for s in g1.G1_FOOT_SITES], dev)
+        self._contact_adr = _index([int(model.sensor_adr[model.sensor(s).id]) for s in g1.G1_FOOT_CONTACT_SENSORS], dev)
+
+        f32 = torch.float32
+        self._leg_phase_offset = torch.tensor([0.0, 0.5], device=dev)
+        self.commands = torch.zeros(n, 3, device=dev, dtype=f32)
+        self.command_time_left = torch.zeros(n, device=dev, dtype=f32)
+        self.foot_contact = torch.ones(n, 2, device=dev, dtype=torch.bool)
+        self.foot_vel = torch.zeros(n, 2, 3, device=dev, dtype=f32)
+        self._last_foot_pos = torch.zeros(n, 2, 3, device=dev, dtype=f32)
+        self._last_joint_vel = torch.zeros(n, self.action_dim, device=dev, dtype=f32)
+        self.joint_acc = torch.zeros(n, self.action_dim, device=dev, dtype=f32)
+
+        rnd = cfg.randomization
+        self._push_every = 0 if rnd.push_interval_s is None else max(1, round(rnd.push_interval_s / self.dt))
+        self._geom_friction = self._per_world_friction() if rnd.friction_range is not None else None
+        self._finish_init()
+
+    # --------------------------------------------------------------- state
+    @property
+    def foot_pos(self) -> torch.Tensor:
+        """(N, 2, 3) sole points of the left/right foot."""
+        return self.backend.site_xpos[:, self._foot_site_ids]
+
+    @property
+    def base_lin_vel_b(self) -> torch.Tensor:
+        return qm.quat_apply_inverse(self.base_quat, self.base_lin_vel_w)
+
+    @property
+    def projected_gravity(self) -> torch.Tensor:
+        return qm.projected_gravity(self.base_quat)
+
+    @property
+    def gait_phase(self) -> torch.Tensor:
+        """(N,) gait clock in [0, 1); the right leg runs half a cycle behind the left."""
+        t = self.episode_length.float() * self.dt
+        return torch.remainder(t / self.cfg.rewards.gait_period_s, 1.0)
+
+    @property
+    def standing(self) -> torch.Tensor:
+        return (self.commands == 0.0).all(dim=1)
+
+    def _expected_stance(self) -> torch.Tensor:
+        """(N, 2) feet that the gait clock wants on the ground; both while standing."""
+        phase = self.gait_phase[:, None] + self._leg_phase_offset
+        stance = torch.remainder(phase, 1.0) < self.cfg.rewards.stance_fraction
+        return stance | self.standing[:, None]
+
+    # ------------------------------------------------------------ dynamics
+    def _post_physics_step(self) -> None:
+        self.foot_contact.copy_(self.backend.sensordata[:, self._contact_adr] > 0.0)
+        foot_pos = self.foot_pos
+        self.foot_vel.copy_((foot_pos - self._last_foot_pos) / self.dt)
+        self._last_foot_pos.copy_(foot_pos)
+        joint_vel = self.joint_vel
+        self.joint_acc.copy_((joint_vel - self._last_joint_vel) / self.dt)
+        self._last_joint_vel.copy_(joint_vel)
+
+        self.command_time_left -= self.dt
+        self._resample_commands(self.command_time_left <= 0.0)
+        if self._push_every and self.common_step_counter % self._push_every == 0:
+            self._push()
+
+    def _resample_commands(self, mask: torch.Tensor) -> None:
+        c = self.cfg.commands
+        n = self.num_envs
+        new = torch.stack(
+            (
+                self._rand(n, low=c.lin_vel_x[0], high=c.lin_vel_x[1]),
+                self._rand(n, low=c.lin_vel_y[0], high=c.lin_vel_y[1]),
+                self._rand(n, low=c.ang_vel_z[0], high=c.ang_vel_z[1]),
+            ),
+            dim=1,
+        )
+        # Small commands become exact zeros so "standing" is a well-defined mode.
+        slow = new[:, :2].norm(dim=1, keepdim=True) < c.min_lin_speed
+        new[:, :2] = torch.where(slow, 0.0, new[:, :2])
+        new[:, 2:] = torch.where(new[:, 2:].abs() < c.min_ang_speed, 0.0, new[:, 2:])
+        stand = self._rand(n) < c.standing_fraction
+        new = torch.where(stand[:, None], 0.0, new)
+        duration = self._rand(n, low=c.resampling_time_s[0], high=c.resampling_time_s[1])
+        self.commands.copy_(torch.where(mask[:, None], new, self.commands))
+        self.command_time_left.copy_(torch.where(mask, duration, self.command_time_left))
+
+    def _push(self) -> None:
+        v = self.cfg.randomization.push_max_vel_xy
+        kick = self._rand(self.num_envs, 2, low=-v, high=v)
+        self.qvel[:, self.root_dof_adr:self.root_dof_adr + 2] += kick
+
+    def _per_world_friction(self) -> torch.Tensor:
+        """Give every world its own geom friction table; returns its (N, ngeom, 3) torch view.
+
+        Contacts use the larger friction of the two geoms, so reset writes the sampled
+        sliding friction into every geom of a world. Must run before the first physics step
+        (the CUDA graph captures the array's address).
+        """
+        import warp as wp
+
+        model = self.backend.model
+        table = np.repeat(model.geom_friction.numpy()[:1], self.num_envs, axis=0)
+        model.geom_friction = wp.array(table, dtype=wp.vec3, device=self.backend.wp_device)
+        return wp.to_torch(model.geom_friction)
+
+    # --------------------------------------------------------------- reset
+    def _reset_state(self, mask: torch.Tensor) -> None:
+        rnd = self.cfg.randomization
+        n, dev = self.num_envs, self.device
+        qpos = self.default_qpos.repeat(n, 1)
+        joint_pos = self.default_joint_pos + self._rand(n, self.action_dim, low=-1.0, high=1.0) * rnd.reset_joint_pos_noise
+        qpos[:, self._jq] = joint_pos.clamp(self.joint_range[:, 0], self.joint_range[:, 1])
+        yaw = self._rand(n, low=-rnd.reset_base_yaw, high=rnd.reset_base_yaw)
+        qpos[:, self.root_qpos_adr + 3:self.root_qpos_adr + 7] = qm.quat_from_yaw(yaw)
+        qvel = torch.zeros(n, self.mj_model.nv, device=dev)
+        qvel[:, self.root_dof_adr:self.root_dof_adr + 6] = self._rand(n, 6, low=-1.0, high=1.0) * rnd.reset_base_vel_noise
+        self._write_state(mask, qpos, qvel)
+
+        if self._geom_friction is not None:
+            mu = self._rand(n, low=rnd.friction_range[0], high=rnd.friction_range[1])
+            self._geom_friction[..., 0] = torch.where(mask[:, None], mu[:, None], self._geom_friction[..., 0])
+
+        self._resample_commands(mask)
+        m1, m2 = mask[:, None], mask[:, None, None]
+        self.foot_contact.copy_(torch.where(m1, True, self.foot_contact))
+        self.foot_vel.masked_fill_(m2, 0.0)
+        self._last_foot_pos.copy_(torch.where(m2, self.foot_pos, self._last_foot_pos))
+        self._last_joint_vel.copy_(torch.where(m1, self.joint_vel, self._last_joint_vel))
+        self.joint_acc.masked_fill_(m1, 0.0)
+
+    def _check_terminated(self) -> torch.Tensor:
+        t = self.cfg.terminations
+        too_low = self.base_pos[:, 2] < t.min_base_height
+        # Projected gravity z is -cos(tilt).
+        tilted = self.projected_gravity[:, 2] > -math.cos(t.max_tilt_rad)
+        diverged = ~torch.isfinite(self.qpos).all(dim=1)
+        return too_low | tilted | diverged
+
+    # -------------------------------------------------------- observations
+    def _policy_terms(self) -> list[torch.Tensor]:
+        o = self.cfg.observations
+        phase = 2.0 * math.pi * self.gait_phase[:, None]
+        return [
+            self.base_ang_vel_b * o.ang_vel_scale,
+            self.projected_gravity,
+            self.joint_pos - self.default_joint_pos,
+            self.joint_vel * o.joint_vel_scale,
+            self.actions,
+            self.commands,
+            torch.cat((torch.sin(phase), torch.cos(phase)), dim=1),
+        ]
+
+    def _compute_obs(self) -> torch.Tensor:
+        terms = self._policy_terms()
+        o = self.cfg.observations
+        if o.noise_scale > 0.0:
+            widths = (o.ang_vel_noise, o.gravity_noise, o.joint_pos_noise, o.joint_vel_noise)
+            for i, w in enumerate(widths):
+                terms[i] = terms[i] + self._noise_like(terms[i], w * o.noise_scale)
+        return _sanitize(torch.cat(terms, dim=1), o.clip)
+
+    def _compute_critic_obs(self) -> torch.Tensor:
+        o = self.cfg.observations
+        privileged = [
+            self.base_lin_vel_b * o.lin_vel_scale,
+            self.foot_contact.float(),
+            self.foot_pos[..., 2],
+            self.base_pos[:, 2:3],
+        ]
+        return _sanitize(torch.cat(self._policy_terms() + privileged, dim=1), o.clip)
+
+    # ------------------------------------------------------------- rewards
+    def _reward_track_lin_vel_xy(self) -> torch.Tensor:
+        return rk.exp_tracking(self.commands[:, :2], self.base_lin_vel_b[:, :2], self.cfg.rewards.tracking_std)
+
+    def _reward_track_ang_vel_z(self) -> torch.Tensor:
+        err = (self.commands[:, 2] - self.base_ang_vel_b[:, 2]).square()
+        return rk.exp_kernel(err, self.cfg.rewards.tracking_std)
+
+    def _reward_lin_vel_z(self) -> torch.Tensor:
+        return self.base_lin_vel_b[:, 2].square()
+
+    def _reward_ang_vel_xy(self) -> torch.Tensor:
+        return rk.squared_norm(self.base_ang_vel_b[:, :2])
+
+    def _reward_orientation(self) -> torch.Tensor:
+        return rk.squared_norm(self.projected_gravity[:, :2])
+
+    def _reward_base_height(self) -> torch.Tensor:
+        return (self.base_pos[:, 2] - self.base_height_target).square()
+
+    def _reward_action_rate(self) -> torch.Tensor:
+        return rk.squared_norm(self.actions - self.last_actions)
+
+    def _reward_joint_vel(self) -> torch.Tensor:
+        return rk.squared_norm(self.joint_vel)
+
+    def _reward_joint_acc(self) -> torch.Tensor:
+        return rk.squared_norm(self.joint_acc)
+
+    def _reward_joint_pos_limits(self) -> torch.Tensor:
+        return rk.out_of_limits(self.joint_pos, self.soft_lower, self.soft_upper)
+
+    def _reward_joint_deviation_hip(self) -> torch.Tensor:
+        dev = self.joint_pos - self.default_joint_pos
+        return rk.squared_norm(dev[:, self._hip_idx])
+
+    def _reward_joint_deviation_upper(self) -> torch.Tensor:
+        dev = self.joint_pos - self.default_joint_pos
+        return rk.squared_norm(dev[:, self._upper_idx])
+
+    def _reward_stand_still(self) -> torch.Tensor:
+        dev = (self.joint_pos - self.default_joint_pos).abs().sum(dim=1)
+        return dev * self.standing
+
+    def _reward_feet_contact(self) -> torch.Tensor:
+        """Number of feet whose contact state matches the gait clock (0-2)."""
+        return (self.foot_contact == self._expected_stance()).float().sum(dim=1)
+
+    def _reward_feet_swing_height(self) -> torch.Tensor:
+        err = (self.foot_pos[..., 2] - self.cfg.rewards.swing_height).square()
+        return (err * ~self.foot_contact).sum(dim=1)
+
+    def _reward_feet_slip(self) -> torch.Tensor:
+        return (rk.squared_norm(self.foot_vel[..., :2]) * self.foot_contact).sum(dim=1)
+
+
+def _sanitize(obs: torch.Tensor, clip: float) -> torch.Tensor:
+    # A diverged world terminates; its final obs must still be finite for the learner.
+    return torch.nan_to_num(obs, nan=0.0, posinf=clip, neginf=-clip).clamp(-clip, clip)
+
+
+def _index(values: list[int], device: torch.device) -> torch.Tensor:
+    return torch.as_tensor(values, dtype=torch.long, device=device)
