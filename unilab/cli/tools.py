@@ -34,7 +34,7 @@ def _config_diff(args) -> int:
     return 1 if rows else 0
 
 
-def _motion(args) -> int:
+def _motion_synth(args) -> int:
     from unilab.motion.synth import main as synth_main
 
     return synth_main(args.rest)
@@ -59,9 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--json", action="store_true", help="machine-readable output")
     diff.set_defaults(func=_config_diff)
 
-    motion = sub.add_parser("motion", help="motion clip tools: unilab motion synth --help", add_help=False)
-    motion.add_argument("rest", nargs=argparse.REMAINDER)
-    motion.set_defaults(func=_motion)
+    motion = sub.add_parser("motion", help="motion clip tools")
+    motsub = motion.add_subparsers(dest="action", required=True)
+    synth = motsub.add_parser("synth", help="write a keyframed G1 clip (unilab motion synth --help)", add_help=False)
+    synth.add_argument("rest", nargs=argparse.REMAINDER)
+    synth.set_defaults(func=_motion_synth)
     return parser
 
 

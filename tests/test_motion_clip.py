@@ -1,0 +1,182 @@
+"""Motion clips: keyframed synthesis, the validated loader, the default-clip cache and the synth CLI."""
+
+import mujoco
+import numpy as np
+import pytest
+
+from unilab.assets import g1
+from unilab.motion import MotionClipError, load_motion_clip, save_motion_clip
+from unilab.motion import default_clip
+from unilab.motion.synth import main as synth_main
+from unilab.motion.synth import synthesize
+
+
+@pytest.fixture(scope="module")
+def model():
+    return g1.build_g1_model(with_floor=False)
+
+
+@pytest.fixture(scope="module")
+def clip(model):
+    return synthesize(model=model)
+
+
+@pytest.fixture(scope="module")
+def clip_file(clip, tmp_path_factory):
+    return save_motion_clip(clip, tmp_path_factory.mktemp("clips") / "default.npz")
+
+
+def test_synth_round_trip(clip, clip_file, model):
+    loaded = load_motion_clip(clip_file)
+    assert loaded.fps == 50.0 and loaded.num_frames == 501 and loaded.duration == pytest.approx(10.0)
+    assert loaded.body_names == g1.G1_BODY_NAMES
+    assert loaded.joint_pos.shape == (501, 29) and loaded.body_quat_w.shape == (501, model.nbody - 1, 4)
+    np.testing.assert_array_equal(loaded.body_pos_w, clip.body_pos_w)
+    sub = load_motion_clip(clip_file, body_names=["torso_link", "pelvis"])
+    assert sub.body_names == ("torso_link", "pelvis")
+    np.testing.assert_array_equal(sub.body_pos_w[:, 1], clip.body_pos_w[:, 0])
+
+
+def test_synth_starts_at_stand_and_moves(clip):
+    np.testing.assert_allclose(clip.joint_pos[0], g1.G1_DEFAULT_QPOS_JOINTS, atol=1e-3)
+    np.testing.assert_allclose(clip.body_pos_w[0, 0], (0, 0, g1.G1_DEFAULT_BASE_HEIGHT), atol=2e-3)
+    span = clip.joint_pos.max(0) - clip.joint_pos.min(0)
+    assert span.max() > 0.7  # squat / knee raise
+    pelvis_z = clip.body_pos_w[:, 0, 2]
+    assert pelvis_z.min() < g1.G1_DEFAULT_BASE_HEIGHT - 0.08  # squat
+
+
+def test_fk_consistency(clip, model):
+    """Body states are the forward kinematics of (pelvis pose, joint_pos); feet on the ground, not sliding."""
+    d = mujoco.MjData(model)
+    feet = [clip.body_names.index(b) for b in g1.G1_FOOT_BODIES]
+    for i in range(0, clip.num_frames, 37):
+        d.qpos[:3] = clip.body_pos_w[i, 0]
+        d.qpos[3:7] = clip.body_quat_w[i, 0]
+        d.qpos[7:] = clip.joint_pos[i]
+        mujoco.mj_kinematics(model, d)
+        np.testing.assert_allclose(d.xpos[1:], clip.body_pos_w[i], atol=1e-5)
+        np.testing.assert_allclose(np.abs((d.xquat[1:] * clip.body_quat_w[i]).sum(-1)), 1.0, atol=1e-5)
+        sole_z = [d.site_xpos[model.site(s).id, 2] for s in g1.G1_FOOT_SITES]
+        assert min(sole_z) == pytest.approx(0.0, abs=3e-3)
+    # A foot that stays down does not slide more than a few millimetres over the whole clip.
+    foot_z = clip.body_pos_w[:, feet, 2]
+    for k in range(2):
+        down = foot_z[:, k] < foot_z[:, k].min() + 2e-3
+        xy = clip.body_pos_w[down, feet[k], :2]
+        assert np.abs(xy - xy[0]).max() < 8e-3
+
+
+def test_velocities_match_finite_differences(clip):
+    dt = clip.dt
+    fd = np.gradient(clip.body_pos_w.astype(np.float64), dt, axis=0)
+    np.testing.assert_allclose(clip.body_lin_vel_w[1:-1], fd[1:-1], atol=0.05)
+    np.testing.assert_allclose(clip.joint_vel[1:-1], np.gradient(clip.joint_pos, dt, axis=0)[1:-1], atol=1e-3)
+    # Angular velocity: q(t+dt) ~ exp(w dt / 2) q(t) in the world frame.
+    q0, q1 = clip.body_quat_w[100:300].astype(np.float64), clip.body_quat_w[101:301].astype(np.float64)
+    w = 0.5 * (clip.body_ang_vel_w[100:300] + clip.body_ang_vel_w[101:301])
+    dq = np.zeros_like(q0)  # q1 * conj(q0)
+    c0 = q0 * np.array([1, -1, -1, -1])
+    dq[..., 0] = q1[..., 0] * c0[..., 0] - (q1[..., 1:] * c0[..., 1:]).sum(-1)
+    dq[..., 1:] = q1[..., :1] * c0[..., 1:] + c0[..., :1] * q1[..., 1:] + np.cross(q1[..., 1:], c0[..., 1:])
+    np.testing.assert_allclose(2.0 * dq[..., 1:] / dt, w, atol=0.05)
+
+
+def test_seed_variants_are_deterministic(model):
+    a = synthesize(duration=3.0, seed=7, model=model)
+    b = synthesize(duration=3.0, seed=7, model=model)
+    c = synthesize(duration=3.0, seed=8, model=model)
+    np.testing.assert_array_equal(a.joint_pos, b.joint_pos)
+    assert not np.allclose(a.joint_pos, c.joint_pos)
+
+
+# ------------------------------------------------------------------ bad files
+def _write(path, **fields):
+    np.savez(path, **fields)
+    return path
+
+
+def _fields(clip):
+    return dict(clip.to_npz_dict())
+
+
+@pytest.mark.parametrize(
+    "case, field",
+    [
+        ("missing_key", "body_lin_vel_w"),
+        ("wrong_joint_count", "joint_pos"),
+        ("fps_zero", "fps"),
+        ("fps_negative", "fps"),
+        ("nan", "body_pos_w"),
+        ("inf", "joint_vel"),
+        ("inconsistent_length", "body_quat_w"),
+        ("missing_body", "body_names"),
+    ],
+)
+def test_bad_files_name_file_and_field(clip, tmp_path, case, field):
+    f = _fields(clip)
+    required = None
+    if case == "missing_key":
+        del f[field]
+    elif case == "wrong_joint_count":
+        f["joint_pos"] = f["joint_pos"][:, :23]
+    elif case == "fps_zero":
+        f["fps"] = np.asarray(0.0)
+    elif case == "fps_negative":
+        f["fps"] = np.asarray(-50.0)
+    elif case == "nan":
+        f["body_pos_w"] = f["body_pos_w"].copy()
+        f["body_pos_w"][3, 2, 1] = np.nan
+    elif case == "inf":
+        f["joint_vel"] = f["joint_vel"].copy()
+        f["joint_vel"][5, 0] = np.inf
+    elif case == "inconsistent_length":
+        f["body_quat_w"] = f["body_quat_w"][:-1]
+    elif case == "missing_body":
+        required = ["pelvis", "no_such_link"]
+    path = _write(tmp_path / f"{case}.npz", **f)
+    with pytest.raises(MotionClipError) as e:
+        load_motion_clip(path, body_names=required)
+    msg = str(e.value)
+    assert str(path) in msg and field in msg
+    if case == "missing_body":
+        assert "no_such_link" in msg
+
+
+def test_unreadable_and_missing_files(tmp_path):
+    junk = tmp_path / "junk.npz"
+    junk.write_bytes(b"this is not a zip archive")
+    with pytest.raises(MotionClipError, match="junk.npz.*unreadable"):
+        load_motion_clip(junk)
+    npy = tmp_path / "plain.npy"
+    np.save(npy, np.zeros(3))
+    with pytest.raises(MotionClipError, match="plain.npy.*not an .npz"):
+        load_motion_clip(npy)
+    with pytest.raises(MotionClipError, match="nope.npz.*not found"):
+        load_motion_clip(tmp_path / "nope.npz")
+
+
+# ------------------------------------------------------- default clip and CLI
+def test_default_clip_cached_under_xdg(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = default_clip.default_clip_path()
+    assert path.parent == tmp_path / "unilab" / "motion" and path.name.startswith("g1_default_")
+    mtime = path.stat().st_mtime_ns
+    assert default_clip.default_clip_path() == path and path.stat().st_mtime_ns == mtime  # reused
+    clip = load_motion_clip(path)
+    assert clip.duration == pytest.approx(default_clip.DEFAULT_SYNTH_PARAMS["duration"])
+    assert list(tmp_path.rglob("*.tmp")) == []
+
+
+def test_synth_cli(tmp_path, capsys):
+    out = tmp_path / "sub" / "clip.npz"
+    assert synth_main(["--out", str(out), "--duration", "2", "--fps", "25", "--seed", "3"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    clip = load_motion_clip(out)
+    assert clip.fps == 25.0 and clip.num_frames == 51
+    # The `unilab motion` dispatcher may pass the sub-command word along.
+    out2 = tmp_path / "clip2.npz"
+    assert synth_main(["synth", "--out", str(out2), "--duration", "1"]) == 0
+    assert load_motion_clip(out2).num_frames == 51
+    with pytest.raises(SystemExit):
+        synth_main(["--out", str(out), "--duration", "-1"])

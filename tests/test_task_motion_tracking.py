@@ -1,0 +1,165 @@
+"""`g1_motion_tracking` on CPU MJWarp with a handful of worlds (kernels compile once per module)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from unilab.motion import load_motion_clip, save_motion_clip
+from unilab.motion.synth import synthesize
+from unilab.sim.config import MjWarpSimConfig
+from unilab.tasks.g1_motion_tracking.config import G1MotionTrackingConfig
+
+pytestmark = pytest.mark.slow
+
+N = 6
+OBS_DIM = 2 * 29 + 3 + 6 + 3 + 3 + 3 * 29  # 160
+CRITIC_DIM = OBS_DIM + 14 * (3 + 6)  # 286
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """The default clip is synthesised into a private directory, not the user's cache. (Not via
+    XDG_CACHE_HOME: Warp keeps its compiled kernels there, they would be rebuilt every run.)"""
+    from unilab.motion import default_clip
+
+    d = tmp_path_factory.mktemp("motion_cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(default_clip, "cache_dir", lambda: d)
+        yield d
+
+
+@pytest.fixture(scope="module")
+def env(cache):
+    from unilab.tasks.g1_motion_tracking.env import G1MotionTrackingEnv
+
+    return G1MotionTrackingEnv(G1MotionTrackingConfig(num_envs=N), MjWarpSimConfig(), device="cpu", seed=0)
+
+
+def _zeros():
+    return torch.zeros(N, 29)
+
+
+def test_shapes_and_contract(env, cache):
+    assert (env.num_envs, env.action_dim, env.obs_dim, env.critic_obs_dim) == (N, 29, OBS_DIM, CRITIC_DIM)
+    assert env.max_episode_length == 500 and env.device == torch.device("cpu")
+    obs = env.reset()
+    assert obs.shape == (N, OBS_DIM) and env.critic_obs().shape == (N, CRITIC_DIM)
+    obs, critic_obs, reward, terminated, truncated, info = env.step(torch.rand(N, 29) * 2 - 1)
+    assert obs.shape == (N, OBS_DIM) and critic_obs.shape == (N, CRITIC_DIM) and reward.shape == (N,)
+    assert terminated.dtype == torch.bool and truncated.dtype == torch.bool
+    assert info["final_obs"].shape == (N, OBS_DIM) and info["final_critic_obs"].shape == (N, CRITIC_DIM)
+    assert set(env.timing) == {"backend_ms", "task_ms"}
+    assert isinstance(env.max_episode_length, int)  # restored after the per-env limit used inside step
+    assert env.clip.source.startswith(str(cache))  # motion_file=None: the default clip
+
+
+def test_reward_terms_finite(env):
+    env.reset()
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(8):
+        _, _, reward, _, _, info = env.step(torch.rand(N, 29, generator=gen) * 2 - 1)
+        assert torch.isfinite(reward).all()
+    names = ("anchor_pos", "anchor_ori", "body_pos", "body_ori", "body_lin_vel", "body_ang_vel", "action_rate",
+             "joint_limit")
+    for name in names:
+        assert torch.isfinite(info[f"rew/{name}"]), name
+    assert info["rew/action_rate"] < 0
+    for key in ("metrics/body_pos_error", "metrics/anchor_ori_error", "term/anchor_height"):
+        assert torch.isfinite(info[key]), key
+    # Tracking terms are exp kernels in [0, 1], times weight and dt.
+    assert 0 < info["rew/body_pos"] <= env.dt * env.reward_weights["body_pos"] + 1e-6
+
+
+def test_reset_puts_robot_on_reference(env):
+    frames = torch.tensor([0, 60, 160, 290, 360, 450])
+    obs = env.reset_to_frames(frames)
+    assert torch.equal(env.motion_frame, frames)
+    for name, err in env.tracking_errors().items():
+        assert err.max() < 1e-4, name
+    torch.testing.assert_close(env.body_lin_vel, env.ref_body_lin_vel, atol=1e-4, rtol=0)
+    torch.testing.assert_close(env.body_ang_vel, env.ref_body_ang_vel, atol=1e-4, rtol=0)
+    clip = env.clip
+    torch.testing.assert_close(obs[:, :29], torch.as_tensor(clip.joint_pos[frames.numpy()]))
+    anchor = obs[:, 58:67]
+    torch.testing.assert_close(anchor, torch.tensor([0, 0, 0, 1, 0, 0, 1, 0, 0.0]).expand(N, -1), atol=1e-4, rtol=0)
+    # After one step near the reference, errors stay small (a few cm), the clip advanced one frame.
+    _, _, _, terminated, _, info = env.step(torch.zeros(N, 29))
+    assert not terminated.any()
+    assert torch.equal(env.motion_frame, frames + 1)
+    assert info["metrics/body_pos_error"] < 0.05
+
+
+def test_terminates_when_anchor_deviates(env):
+    env.reset_to_frames(torch.full((N,), 100))
+    qpos = env.backend.qpos
+    qpos[0, 2] += 0.5  # anchor height
+    half = math.sqrt(0.5)
+    qpos[1, 3:7] = torch.tensor([half, half, 0.0, 0.0])  # pelvis rolled 90 degrees: anchor tilt
+    env.backend.forward()
+    obs, _, _, terminated, truncated, info = env.step(_zeros())
+    assert terminated[:2].all() and not terminated[2:].any() and not truncated.any()
+    assert info["term/anchor_height"] > 0 and info["term/anchor_tilt"] > 0
+    assert torch.equal(env.episode_length[:2], torch.zeros(2, dtype=torch.long))
+    # Auto-reset: the returned obs is the new episode's, the final one is kept in info.
+    assert not torch.allclose(obs[:2], info["final_obs"][:2])
+    torch.testing.assert_close(obs[2:], info["final_obs"][2:])
+    assert env.tracking_errors()["body_pos"][:2].max() < 1e-4
+
+
+def test_clip_end_truncates(env):
+    last = env.num_frames - 1
+    env.reset_to_frames(torch.tensor([last - 3, last - 2, last - 1, last - 1, last - 2, last - 3]))
+    assert env.episode_limit.tolist() == [3, 2, 1, 1, 2, 3]
+    for step in range(1, 4):
+        _, _, _, terminated, truncated, info = env.step(_zeros())
+        assert not terminated.any()
+        assert truncated.tolist() == [n == step for n in (3, 2, 1, 1, 2, 3)]
+        ended = truncated.nonzero().flatten()
+        # The final obs of a truncated env shows the clip's last frame as its reference.
+        torch.testing.assert_close(info["final_obs"][ended, :29], torch.as_tensor(env.clip.joint_pos[last]).expand(len(ended), -1))
+    assert (env.episode_length < 3).all()
+
+
+def test_seeded_rollouts_are_deterministic(env):
+    actions = torch.rand(5, N, 29, generator=torch.Generator().manual_seed(3)) * 2 - 1
+
+    def rollout():
+        env.generator.manual_seed(123)
+        obs = [env.reset()]
+        starts = env.motion_start.clone()
+        for a in actions:
+            obs.append(env.step(a)[0])
+        return starts, torch.stack(obs)
+
+    s1, o1 = rollout()
+    s2, o2 = rollout()
+    assert torch.equal(s1, s2)
+    torch.testing.assert_close(o1, o2, atol=1e-5, rtol=0)
+
+
+def test_make_env_with_clip_file_and_timeout(cache, tmp_path):
+    """A 100 fps clip advances two frames per 50 Hz step; the time-out truncates too."""
+    from unilab.tasks import make_env
+
+    path = save_motion_clip(synthesize(duration=2.0, fps=100.0), tmp_path / "clip100.npz")
+    cfg = {"name": "g1_motion_tracking", "num_envs": 2, "motion_file": str(path), "episode_length_s": 0.1}
+    env = make_env(cfg, {}, "cpu", 0)
+    assert env.max_episode_length == 5 and env.num_frames == load_motion_clip(path).num_frames
+    env.reset_to_frames(torch.tensor([0, 190]))
+    assert env.episode_limit.tolist() == [5, 5]
+    env.step(torch.zeros(2, 29))
+    assert env.motion_frame.tolist() == [2, 192]
+    truncated = [env.step(torch.zeros(2, 29))[4] for _ in range(4)]
+    assert truncated[-1].all() and not any(t.any() for t in truncated[:-1])
+    assert np.isfinite(env.timing["task_ms"])
+
+
+def test_bad_motion_file_fails_before_the_backend(tmp_path):
+    from unilab.motion import MotionClipError
+    from unilab.tasks.g1_motion_tracking.env import G1MotionTrackingEnv
+
+    cfg = G1MotionTrackingConfig(num_envs=2, motion_file=str(tmp_path / "missing.npz"))
+    with pytest.raises(MotionClipError, match="missing.npz"):
+        G1MotionTrackingEnv(cfg, MjWarpSimConfig(), device="cpu", seed=0)

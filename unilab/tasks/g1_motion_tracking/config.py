@@ -1,0 +1,65 @@
+"""Configuration of the `g1_motion_tracking` task (BeyondMimic-style whole-body motion tracking).
+
+Pure dataclasses (no torch / warp / mujoco imports) so Hydra's ConfigStore can register the schema
+cheaply. Reward weights are per second: the env multiplies each weighted term by the control dt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+@dataclass
+class RewardWeights:
+    anchor_pos: float = 0.5
+    anchor_ori: float = 0.5
+    body_pos: float = 1.0
+    body_ori: float = 1.0
+    body_lin_vel: float = 1.0
+    body_ang_vel: float = 1.0
+    action_rate: float = -0.1
+    joint_limit: float = -10.0
+    termination: float = 0.0
+
+
+@dataclass
+class RewardConfig:
+    weights: RewardWeights = field(default_factory=RewardWeights)
+    # Standard deviations of the exp(-err^2 / std^2) kernels; body terms use the mean error over bodies.
+    anchor_pos_std: float = 0.3  # m
+    anchor_ori_std: float = 0.4  # rad
+    body_pos_std: float = 0.3  # m
+    body_ori_std: float = 0.4  # rad
+    body_lin_vel_std: float = 1.0  # m/s
+    body_ang_vel_std: float = 3.14  # rad/s
+    soft_joint_limit_factor: float = 0.9
+
+
+@dataclass
+class TerminationConfig:
+    anchor_height: float = 0.25  # m, |z_ref - z| of the anchor body
+    anchor_gravity_z: float = 0.8  # difference of the z component of gravity in the anchor frame
+    end_effector_height: float = 0.25  # m, any end effector's |z_ref - z|
+
+
+@dataclass
+class RandomizationConfig:
+    # Uniform noise around the reference frame at reset; all off by default.
+    reset_root_pos: float = 0.0  # m, x and y (z is left alone: the feet would sink into the floor)
+    reset_root_yaw: float = 0.0  # rad
+    reset_joint_pos: float = 0.0  # rad
+    reset_vel: float = 0.0  # m/s and rad/s of the root, rad/s of the joints
+
+
+@dataclass
+class G1MotionTrackingConfig:
+    name: str = "g1_motion_tracking"
+    num_envs: int = 2048
+    motion_file: Optional[str] = None  # npz clip; None = the embedded default clip (synthesised, cached)
+    episode_length_s: float = 10.0  # episodes also end (truncated) at the end of the clip
+    # rad per unit action around the stand pose; the default clip needs up to 1 rad offsets (knee raise).
+    action_scale: float = 1.25
+    rewards: RewardConfig = field(default_factory=RewardConfig)
+    terminations: TerminationConfig = field(default_factory=TerminationConfig)
+    randomization: RandomizationConfig = field(default_factory=RandomizationConfig)

@@ -1,0 +1,289 @@
+"""`g1_motion_tracking`: the G1 follows a reference motion clip (BeyondMimic-style).
+
+Each env plays the clip from its own random start frame, one clip frame per control step
+(clip time advances by the control dt). At reset the robot is put exactly on the reference
+frame. Rewards are exp kernels on the anchor (torso) pose error and on the errors of the
+tracked bodies, whose reference is re-expressed around the robot's anchor (its xy position
+and heading, the reference height), so drift in xy/yaw is not punished twice.
+
+Episodes end `terminated` when the anchor height, the anchor tilt or an end-effector height
+leaves the reference by more than the thresholds, and `truncated` at `episode_length_s` or
+when the clip's last frame is reached (no looping: an arbitrary clip does not loop seamlessly).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import mujoco
+import numpy as np
+import torch
+
+from unilab.assets import g1
+from unilab.motion import MotionClip, default_clip_path, load_motion_clip
+from unilab.tasks.common import math as qm
+from unilab.tasks.common import rewards as rk
+from unilab.tasks.common.base import TaskEnv
+from unilab.tasks.g1_motion_tracking.config import G1MotionTrackingConfig
+
+
+def _unique(names) -> list[str]:
+    return list(dict.fromkeys(names))
+
+
+class G1MotionTrackingEnv(TaskEnv):
+    def __init__(self, cfg: G1MotionTrackingConfig, sim_cfg, device: str = "cpu", seed: int = 0):
+        model = g1.build_g1_model()
+        # Bodies: the tracked ones first, then anchor / root / end effectors if not among them.
+        free = np.flatnonzero(model.jnt_type == mujoco.mjtJoint.mjJNT_FREE)
+        root = model.body(model.jnt_bodyid[free[0]]).name
+        self.tracking_bodies = list(g1.G1_TRACKING_BODIES)
+        self.body_names = _unique([*self.tracking_bodies, g1.G1_ANCHOR_BODY, root, *g1.G1_END_EFFECTORS])
+        # The clip is read before the backend compiles its kernels, so a bad file fails fast.
+        path = cfg.motion_file if cfg.motion_file is not None else default_clip_path()
+        self.clip = load_motion_clip(path, body_names=self.body_names, num_joints=model.nu)
+
+        super().__init__(cfg, sim_cfg, model, device, seed)
+        self.reward_weights = dataclasses.asdict(cfg.rewards.weights)
+        dev = self.device
+        actuated = tuple(model.joint(j).name for j in model.actuator_trnid[:, 0])
+        if actuated != tuple(g1.G1_JOINT_NAMES):
+            raise ValueError("actuator order differs from G1_JOINT_NAMES, the joint order of motion clips")
+
+        self.default_joint_pos = torch.as_tensor(g1.G1_DEFAULT_QPOS_JOINTS, dtype=torch.float32, device=dev)
+        self.soft_lower, self.soft_upper = rk.soft_limits(
+            self.joint_range[:, 0], self.joint_range[:, 1], cfg.rewards.soft_joint_limit_factor
+        )
+
+        self.num_tracked = len(self.tracking_bodies)
+        self._anchor = self.body_names.index(g1.G1_ANCHOR_BODY)
+        self._root = self.body_names.index(root)
+        self._ee = torch.as_tensor([self.body_names.index(b) for b in g1.G1_END_EFFECTORS], device=dev)
+        ids = np.array([model.body(b).id for b in self.body_names])
+        self._body_ids = torch.as_tensor(ids, device=dev)
+        # cvel is expressed about the subtree CoM of each body's root (the pelvis for the G1).
+        self._body_root_ids = torch.as_tensor(model.body_rootid[ids], device=dev)
+        self._load_clip_tensors(self.clip)
+
+        n = self.num_envs
+        self.motion_start = torch.zeros(n, dtype=torch.long, device=dev)
+        self.motion_frame = torch.zeros(n, dtype=torch.long, device=dev)
+        self._timeout_steps = self.max_episode_length
+        self.episode_limit = torch.full((n,), self._timeout_steps, dtype=torch.long, device=dev)
+        self._forced_start: Optional[torch.Tensor] = None
+        self._metrics: dict[str, torch.Tensor] = {}
+        self._finish_init()
+
+    def _load_clip_tensors(self, clip: MotionClip) -> None:
+        def t(a):
+            return torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float32, device=self.device)
+
+        self.num_frames = clip.num_frames
+        self.frames_per_step = clip.fps * self.dt
+        self.ref_joint_pos_all = t(clip.joint_pos)
+        self.ref_joint_vel_all = t(clip.joint_vel)
+        self.ref_body_pos_all = t(clip.body_pos_w)
+        self.ref_body_quat_all = t(clip.body_quat_w)
+        self.ref_body_lin_vel_all = t(clip.body_lin_vel_w)
+        self.ref_body_ang_vel_all = t(clip.body_ang_vel_w)
+
+    # ------------------------------------------------------------ contract
+    def step(self, actions: torch.Tensor):
+        # The base truncates at `episode_length >= max_episode_length`; for the duration of a
+        # step that limit is per env: the time-out or the steps left to the clip's last frame.
+        self.max_episode_length = self.episode_limit
+        try:
+            obs, critic_obs, reward, terminated, truncated, info = super().step(actions)
+        finally:
+            self.max_episode_length = self._timeout_steps
+        info.update(self._metrics)
+        return obs, critic_obs, reward, terminated, truncated, info
+
+    def reset_to_frames(self, frames: torch.Tensor) -> torch.Tensor:
+        """Reset every env onto the given clip frames (e.g. 0 for evaluation); returns obs."""
+        self._forced_start = frames.to(self.device, torch.long).clamp(0, self.num_frames - 2)
+        return self.reset()
+
+    # ------------------------------------------------------------ dynamics
+    def _frame_index(self) -> torch.Tensor:
+        steps = self.episode_length.float() * self.frames_per_step
+        return (self.motion_start + torch.round(steps).long()).clamp(max=self.num_frames - 1)
+
+    def _post_physics_step(self) -> None:
+        self.backend.forward()  # body poses/velocities of the state after the step, not of its last substep
+        self.motion_frame = self._frame_index()
+        self._update_tracking()
+
+    def _update_tracking(self) -> None:
+        """Reference frame and robot body states, and the reference re-expressed around the robot anchor."""
+        f = self.motion_frame
+        self.ref_joint_pos = self.ref_joint_pos_all[f]
+        self.ref_joint_vel = self.ref_joint_vel_all[f]
+        self.ref_body_pos = self.ref_body_pos_all[f]  # (N, B, 3)
+        self.ref_body_quat = self.ref_body_quat_all[f]
+        self.ref_body_lin_vel = self.ref_body_lin_vel_all[f]
+        self.ref_body_ang_vel = self.ref_body_ang_vel_all[f]
+
+        b = self.backend
+        self.body_pos = b.xpos[:, self._body_ids]
+        self.body_quat = b.xquat[:, self._body_ids]
+        cvel = b.cvel[:, self._body_ids]
+        self.body_ang_vel = cvel[..., :3]
+        self.body_lin_vel = cvel[..., 3:] + torch.cross(
+            self.body_ang_vel, self.body_pos - b.subtree_com[:, self._body_root_ids], dim=-1
+        )
+
+        a = self._anchor
+        ref_anchor_pos, ref_anchor_quat = self.ref_body_pos[:, a], self.ref_body_quat[:, a]
+        delta_yaw = qm.yaw_quat(qm.quat_mul(self.body_quat[:, a], qm.quat_conjugate(ref_anchor_quat)))
+        origin = torch.cat((self.body_pos[:, a, :2], ref_anchor_pos[:, 2:]), dim=-1)
+        delta_yaw_b = delta_yaw[:, None].expand_as(self.ref_body_quat)
+        self.ref_body_pos_rel = origin[:, None] + qm.quat_apply(delta_yaw_b, self.ref_body_pos - ref_anchor_pos[:, None])
+        self.ref_body_quat_rel = qm.quat_mul(delta_yaw_b, self.ref_body_quat)
+
+    # --------------------------------------------------------------- reset
+    def _reset_state(self, mask: torch.Tensor) -> None:
+        n = self.num_envs
+        if self._forced_start is not None:
+            start, self._forced_start = self._forced_start, None
+        else:
+            start = torch.randint(0, self.num_frames - 1, (n,), device=self.device, generator=self.generator)
+        self.motion_start = torch.where(mask, start, self.motion_start)
+        steps_left = torch.floor((self.num_frames - 1 - self.motion_start) / self.frames_per_step + 1e-6).long()
+        limit = steps_left.clamp(1, self._timeout_steps)
+        self.episode_limit = torch.where(mask, limit, self.episode_limit)
+        self.motion_frame = self._frame_index()
+
+        qpos, qvel = self._reference_state(self.motion_frame)
+        self._write_state(mask, qpos, qvel)
+        self._update_tracking()
+
+    def _reference_state(self, frame: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N, nq), (N, nv) of the clip frames, plus the configured reset noise."""
+        rnd = self.cfg.randomization
+        n, r = self.num_envs, self._root
+        pos = self.ref_body_pos_all[frame, r].clone()
+        quat = self.ref_body_quat_all[frame, r]
+        lin_vel = self.ref_body_lin_vel_all[frame, r]
+        ang_vel = self.ref_body_ang_vel_all[frame, r]
+        joint_pos = self.ref_joint_pos_all[frame]
+        joint_vel = self.ref_joint_vel_all[frame]
+        if rnd.reset_root_pos > 0:
+            pos[:, :2] += self._rand(n, 2, low=-rnd.reset_root_pos, high=rnd.reset_root_pos)
+        if rnd.reset_root_yaw > 0:
+            yaw = qm.quat_from_yaw(self._rand(n, low=-rnd.reset_root_yaw, high=rnd.reset_root_yaw))
+            quat = qm.quat_mul(yaw, quat)
+        if rnd.reset_joint_pos > 0:
+            joint_pos = joint_pos + self._noise_like(joint_pos, rnd.reset_joint_pos)
+        if rnd.reset_vel > 0:
+            lin_vel = lin_vel + self._noise_like(lin_vel, rnd.reset_vel)
+            ang_vel = ang_vel + self._noise_like(ang_vel, rnd.reset_vel)
+            joint_vel = joint_vel + self._noise_like(joint_vel, rnd.reset_vel)
+        joint_pos = joint_pos.clamp(self.joint_range[:, 0], self.joint_range[:, 1])
+
+        qpos, qvel = self.qpos.clone(), self.qvel.clone()
+        q, d = self.root_qpos_adr, self.root_dof_adr
+        qpos[:, q:q + 3] = pos
+        qpos[:, q + 3:q + 7] = quat
+        qpos[:, self._jq] = joint_pos
+        # Free joint velocity: linear in the world frame, angular in the body frame.
+        qvel[:, d:d + 3] = lin_vel
+        qvel[:, d + 3:d + 6] = qm.quat_apply_inverse(quat, ang_vel)
+        qvel[:, self._jd] = joint_vel
+        return qpos, qvel
+
+    # ---------------------------------------------------------- terminations
+    def _check_terminated(self) -> torch.Tensor:
+        t, a = self.cfg.terminations, self._anchor
+        anchor_height = (self.ref_body_pos[:, a, 2] - self.body_pos[:, a, 2]).abs() > t.anchor_height
+        gz_ref = qm.projected_gravity(self.ref_body_quat[:, a])[:, 2]
+        gz = qm.projected_gravity(self.body_quat[:, a])[:, 2]
+        anchor_tilt = (gz_ref - gz).abs() > t.anchor_gravity_z
+        ee_z_error = (self.ref_body_pos_rel[:, self._ee, 2] - self.body_pos[:, self._ee, 2]).abs()
+        ee_height = (ee_z_error > t.end_effector_height).any(dim=1)
+
+        errors = self.tracking_errors()
+        self._metrics = {f"metrics/{k}_error": v.mean() for k, v in errors.items()}
+        self._metrics["term/anchor_height"] = anchor_height.float().mean()
+        self._metrics["term/anchor_tilt"] = anchor_tilt.float().mean()
+        self._metrics["term/end_effector_height"] = ee_height.float().mean()
+        return anchor_height | anchor_tilt | ee_height
+
+    def tracking_errors(self) -> dict[str, torch.Tensor]:
+        """(N,) errors of the current state: mean tracked-body position error (m) and orientation
+        error (rad) against the anchor-relative reference, anchor position (m) / orientation (rad)
+        error, mean absolute joint position error (rad)."""
+        k, a = self.num_tracked, self._anchor
+        return {
+            "body_pos": (self.ref_body_pos_rel[:, :k] - self.body_pos[:, :k]).norm(dim=-1).mean(dim=1),
+            "body_ori": qm.quat_error_magnitude(self.ref_body_quat_rel[:, :k], self.body_quat[:, :k]).mean(dim=1),
+            "anchor_pos": (self.ref_body_pos[:, a] - self.body_pos[:, a]).norm(dim=-1),
+            "anchor_ori": qm.quat_error_magnitude(self.ref_body_quat[:, a], self.body_quat[:, a]),
+            "joint_pos": (self.ref_joint_pos - self.joint_pos).abs().mean(dim=1),
+        }
+
+    # -------------------------------------------------------------- rewards
+    def _reward_anchor_pos(self) -> torch.Tensor:
+        a = self._anchor
+        return rk.exp_tracking(self.ref_body_pos[:, a], self.body_pos[:, a], self.cfg.rewards.anchor_pos_std)
+
+    def _reward_anchor_ori(self) -> torch.Tensor:
+        a = self._anchor
+        err = qm.quat_error_magnitude(self.ref_body_quat[:, a], self.body_quat[:, a])
+        return rk.exp_kernel(err * err, self.cfg.rewards.anchor_ori_std)
+
+    def _reward_body_pos(self) -> torch.Tensor:
+        k = self.num_tracked
+        err = rk.squared_norm(self.ref_body_pos_rel[:, :k] - self.body_pos[:, :k]).mean(dim=1)
+        return rk.exp_kernel(err, self.cfg.rewards.body_pos_std)
+
+    def _reward_body_ori(self) -> torch.Tensor:
+        k = self.num_tracked
+        err = qm.quat_error_magnitude(self.ref_body_quat_rel[:, :k], self.body_quat[:, :k])
+        return rk.exp_kernel((err * err).mean(dim=1), self.cfg.rewards.body_ori_std)
+
+    def _reward_body_lin_vel(self) -> torch.Tensor:
+        k = self.num_tracked
+        err = rk.squared_norm(self.ref_body_lin_vel[:, :k] - self.body_lin_vel[:, :k]).mean(dim=1)
+        return rk.exp_kernel(err, self.cfg.rewards.body_lin_vel_std)
+
+    def _reward_body_ang_vel(self) -> torch.Tensor:
+        k = self.num_tracked
+        err = rk.squared_norm(self.ref_body_ang_vel[:, :k] - self.body_ang_vel[:, :k]).mean(dim=1)
+        return rk.exp_kernel(err, self.cfg.rewards.body_ang_vel_std)
+
+    def _reward_action_rate(self) -> torch.Tensor:
+        return rk.squared_norm(self.actions - self.last_actions)
+
+    def _reward_joint_limit(self) -> torch.Tensor:
+        return rk.out_of_limits(self.joint_pos, self.soft_lower, self.soft_upper)
+
+    # --------------------------------------------------------- observations
+    def _compute_obs(self) -> torch.Tensor:
+        a = self._anchor
+        anchor_pos, anchor_quat = self.body_pos[:, a], self.body_quat[:, a]
+        anchor_pos_b = qm.quat_apply_inverse(anchor_quat, self.ref_body_pos[:, a] - anchor_pos)
+        anchor_ori_b = qm.matrix_first_two_columns(qm.quat_mul(qm.quat_conjugate(anchor_quat), self.ref_body_quat[:, a]))
+        return torch.cat(
+            (
+                self.ref_joint_pos,
+                self.ref_joint_vel,
+                anchor_pos_b,
+                anchor_ori_b,
+                qm.quat_apply_inverse(self.base_quat, self.base_lin_vel_w),
+                self.base_ang_vel_b,
+                self.joint_pos - self.default_joint_pos,
+                self.joint_vel,
+                self.actions,
+            ),
+            dim=-1,
+        )
+
+    def _compute_critic_obs(self) -> torch.Tensor:
+        """Policy obs plus the tracked bodies' positions and orientations (6D) in the robot anchor frame."""
+        k, a = self.num_tracked, self._anchor
+        anchor_quat = self.body_quat[:, a : a + 1].expand(-1, k, -1)
+        pos_b = qm.quat_apply_inverse(anchor_quat, self.body_pos[:, :k] - self.body_pos[:, a : a + 1])
+        ori_b = qm.matrix_first_two_columns(qm.quat_mul(qm.quat_conjugate(anchor_quat), self.body_quat[:, :k]))
+        return torch.cat((self._compute_obs(), pos_b.flatten(1), ori_b.flatten(1)), dim=-1)
