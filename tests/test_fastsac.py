@@ -1,0 +1,317 @@
+"""FastSAC learner, C51 projection and the off-policy learner registry (CPU; CUDA-only tests skip here)."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+from dataclasses import replace
+
+import pytest
+import torch
+
+from unilab.algos.base import OffPolicyLearner, make_learner
+from unilab.algos.fastsac.config import FastSACConfig
+from unilab.algos.fastsac.learner import FastSACLearner, project_distribution
+
+OBS, CRITIC_OBS, ACT, N = 8, 10, 3, 64
+TARGET_ACTION = torch.tensor([0.5, -0.3, 0.2])
+
+TINY = FastSACConfig(
+    batch_size=64,
+    updates_per_step=4,
+    policy_delay=2,
+    replay_capacity=4096,
+    learning_starts=1,
+    critic_hidden_dim=32,
+    actor_hidden_dim=32,
+    num_atoms=51,
+    v_min=-6.0,
+    v_max=1.0,
+    critic_lr=3e-3,
+    actor_lr=3e-3,
+    alpha_lr=3e-3,
+    init_alpha=0.05,
+    bf16=False,
+    cuda_graph=False,
+)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # Tiny matmuls on a shared 2-core machine: intra-op threads only add contention.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def learner(device="cpu", seed=0, **overrides) -> FastSACLearner:
+    return make_learner(replace(TINY, **overrides), OBS, CRITIC_OBS, ACT, torch.device(device), seed)
+
+
+def bandit_batch(lrn: FastSACLearner, gen: torch.Generator, target: torch.Tensor = TARGET_ACTION) -> dict:
+    """One-step bandit: reward -||a - a*||^2, every transition terminal. `gen` and `target` live on the
+    learner's device, so that no host-to-device copy happens here."""
+    device = gen.device
+    obs = torch.randn(N, OBS, generator=gen, device=device)
+    critic_obs = torch.randn(N, CRITIC_OBS, generator=gen, device=device)
+    action = lrn.act(obs)
+    reward = -(action - target).square().sum(-1)
+    terminated = torch.ones(N, dtype=torch.bool, device=device)
+    return dict(obs=obs, critic_obs=critic_obs, action=action, reward=reward,
+                next_obs=obs, next_critic_obs=critic_obs, terminated=terminated)  # fmt: skip
+
+
+def filled(device="cpu", **overrides) -> FastSACLearner:
+    lrn = learner(device, **overrides)
+    gen = torch.Generator(device).manual_seed(1)
+    for _ in range(2):
+        lrn.add(bandit_batch(lrn, gen, TARGET_ACTION.to(device)))
+    return lrn
+
+
+# ---------------------------------------------------------------- C51 projection
+
+
+def test_projection_hand_computed():
+    support = torch.tensor([-1.0, 0.0, 1.0])
+    probs = torch.tensor([[0.2, 0.3, 0.5]])
+    # r = 0.25, discount 0.5: atoms move to -0.25, 0.25, 0.75 (fractional indices 0.75, 1.25, 1.75).
+    target_atoms = 0.25 + 0.5 * support.unsqueeze(0)
+    out = project_distribution(probs, target_atoms, support)
+    expected = torch.tensor([[0.2 * 0.25, 0.2 * 0.75 + 0.3 * 0.75 + 0.5 * 0.25, 0.3 * 0.25 + 0.5 * 0.75]])
+    torch.testing.assert_close(out, expected)  # [0.05, 0.5, 0.45]
+
+
+def test_projection_terminal_collapses_onto_reward_and_clamps():
+    support = torch.linspace(-1.0, 1.0, 5)  # spacing 0.5
+    probs = torch.softmax(torch.randn(3, 5), -1)
+    reward = torch.tensor([0.25, 5.0, -1.0])  # between atoms, above v_max, exactly v_min
+    out = project_distribution(probs, reward.unsqueeze(-1).expand(3, 5), support)  # discount 0
+    torch.testing.assert_close(out[0], torch.tensor([0.0, 0.0, 0.5, 0.5, 0.0]))
+    torch.testing.assert_close(out[1], torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0]))
+    torch.testing.assert_close(out[2], torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0]))
+
+
+def test_projection_keeps_mass_and_mean():
+    torch.manual_seed(0)
+    support = torch.linspace(-10.0, 10.0, 101)
+    probs = torch.softmax(torch.randn(256, 101), -1)
+    target_atoms = (torch.rand(256, 1) - 0.5) * 0.6 + 0.97 * support  # stays inside the support
+    out = project_distribution(probs, target_atoms, support)
+    assert (out >= 0).all()
+    torch.testing.assert_close(out.sum(-1), torch.ones(256))
+    # Linear interpolation between neighbours preserves the expected value exactly.
+    torch.testing.assert_close((out * support).sum(-1), (probs * target_atoms).sum(-1), atol=1e-4, rtol=1e-4)
+
+
+# ---------------------------------------------------------------- learner
+
+
+def test_registry_builds_fastsac_and_rejects_unknown():
+    lrn = learner()
+    assert isinstance(lrn, FastSACLearner) and isinstance(lrn, OffPolicyLearner)
+    assert lrn.replay.capacity == TINY.replay_capacity
+    assert lrn.target_entropy == -ACT
+    with pytest.raises(ValueError, match="unknown off-policy algorithm 'nope'"):
+        make_learner(replace(TINY, name="nope"), OBS, CRITIC_OBS, ACT, torch.device("cpu"), 0)
+
+
+def test_ready_counts_samples_against_batch_size_and_learning_starts():
+    lrn = learner(batch_size=100, learning_starts=3)
+    gen = torch.Generator().manual_seed(0)
+    assert not lrn.ready()
+    with pytest.raises(RuntimeError, match="before ready"):
+        lrn.update()
+    lrn.add(bandit_batch(lrn, gen))
+    lrn.add(bandit_batch(lrn, gen))
+    assert not lrn.ready()  # 128 >= batch 100, but < 3 chunks of 64
+    lrn.add(bandit_batch(lrn, gen))
+    assert lrn.ready()
+
+
+def test_add_updates_normalizers():
+    lrn = learner()
+    batch = bandit_batch(lrn, torch.Generator().manual_seed(0))
+    lrn.add(batch)
+    torch.testing.assert_close(lrn.obs_norm.mean.float(), batch["obs"].mean(0))
+    torch.testing.assert_close(lrn.critic_obs_norm.mean.float(), batch["critic_obs"].mean(0))
+    assert lrn.replay.size == N and lrn.replay.storage["terminated"].dtype == torch.float32
+
+
+def test_bandit_learns_target_action():
+    lrn = learner()
+    gen = torch.Generator().manual_seed(1)
+    start_alpha = lrn.log_alpha.exp().item()
+    for _ in range(150):
+        lrn.add(bandit_batch(lrn, gen))
+        if lrn.ready():
+            metrics = lrn.update()
+            lrn.publish_policy()
+    assert set(metrics) == {"critic_loss", "actor_loss", "alpha", "entropy", "q_mean"}
+    assert all(v.dim() == 0 and torch.isfinite(v) for v in metrics.values())
+    assert metrics["alpha"].item() != pytest.approx(start_alpha, rel=1e-3)
+    assert lrn.num_updates == 150 * TINY.updates_per_step
+    greedy = lrn.act(torch.randn(256, OBS, generator=gen), deterministic=True)
+    assert (greedy - TARGET_ACTION).abs().max() < 0.1, greedy.mean(0)
+    assert metrics["q_mean"].item() > -0.5  # the learned value is close to the optimum 0
+
+
+def test_act_uses_published_copy_only():
+    lrn = filled()
+    obs = torch.randn(16, OBS)
+    before = lrn.act(obs, deterministic=True)
+    lrn.update()
+    assert torch.equal(lrn.act(obs, deterministic=True), before)  # update() does not touch the acting copy
+    fresh = torch.tanh(lrn.actor(lrn.obs_norm(obs))[0])
+    assert not torch.allclose(fresh, before)
+    lrn.publish_policy()
+    torch.testing.assert_close(lrn.act(obs, deterministic=True), fresh)
+    stochastic = lrn.act(obs)
+    assert stochastic.shape == (16, ACT) and stochastic.abs().max() <= 1.0
+    assert not torch.equal(stochastic, lrn.act(obs))
+
+
+def test_policy_delay_pattern():
+    assert learner(updates_per_step=8, policy_delay=2).actor_schedule == [False, True] * 4
+    assert learner(updates_per_step=3, policy_delay=3).actor_schedule == [False, False, True]
+    with pytest.raises(ValueError, match="policy_delay"):
+        learner(updates_per_step=1, policy_delay=2)
+
+    lrn = filled()
+    actor = [p.clone() for p in lrn.actor.parameters()]
+    critic = [p.clone() for p in lrn.critic.parameters()]
+    alpha = lrn.log_alpha.clone()
+    out = lrn._step(update_actor=False)  # step 0 of a cycle with policy_delay=2
+    assert set(out) == {"critic_loss", "q_mean"}
+    assert all(torch.equal(a, b) for a, b in zip(actor, lrn.actor.parameters()))
+    assert torch.equal(alpha, lrn.log_alpha)
+    assert not all(torch.equal(a, b) for a, b in zip(critic, lrn.critic.parameters()))
+    lrn._step(update_actor=True)
+    assert not all(torch.equal(a, b) for a, b in zip(actor, lrn.actor.parameters()))
+    assert not torch.equal(alpha, lrn.log_alpha)
+
+
+def test_target_critic_tracks_online_critic():
+    lrn = filled(tau=0.5)
+    lrn.update()
+    for t, o in zip(lrn.critic_target.parameters(), lrn.critic.parameters()):
+        assert not t.requires_grad
+    diff_before = sum((t - o).abs().sum() for t, o in zip(lrn.critic_target.parameters(), lrn.critic.parameters()))
+    assert diff_before > 0
+    lrn2 = filled(tau=1.0)
+    lrn2.update()
+    for t, o in zip(lrn2.critic_target.parameters(), lrn2.critic.parameters()):
+        assert torch.equal(t, o)
+
+
+def test_state_dict_round_trip():
+    lrn = filled()
+    for _ in range(3):
+        lrn.update()
+    buf = io.BytesIO()
+    torch.save(lrn.state_dict(), buf)
+    buf.seek(0)
+    other = learner(seed=123)
+    obs = torch.randn(32, OBS)
+    assert not torch.equal(other.act(obs, deterministic=True), lrn.act(obs, deterministic=True))
+    other.load_state_dict(torch.load(buf, weights_only=False))
+    lrn.publish_policy()
+    assert torch.equal(other.act(obs, deterministic=True), lrn.act(obs, deterministic=True))
+    assert other.num_updates == lrn.num_updates == 3 * TINY.updates_per_step
+    assert torch.equal(other.log_alpha, lrn.log_alpha)
+    for a, b in zip(other.critic_target.parameters(), lrn.critic_target.parameters()):
+        assert torch.equal(a, b)
+    moments = [next(iter(x.critic_opt.state.values()))["exp_avg"] for x in (other, lrn)]
+    assert torch.equal(*moments)
+    # The restored learner keeps training (its replay is empty: the replay is not part of the checkpoint).
+    assert other.replay.size == 0
+    other.add(bandit_batch(other, torch.Generator().manual_seed(5)))
+    assert torch.isfinite(other.update()["critic_loss"])
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # raised inside torch's exporter
+def test_export_onnx(tmp_path):
+    lrn = filled()
+    lrn.update()
+    lrn.publish_policy()
+    path = tmp_path / "actor.onnx"
+    if importlib.util.find_spec("onnx") is None or importlib.util.find_spec("onnxscript") is None:
+        with pytest.raises(RuntimeError, match="onnx"):
+            lrn.export_onnx(str(path))
+        return
+    lrn.export_onnx(str(path))
+    assert path.stat().st_size > 0
+    if importlib.util.find_spec("onnxruntime") is None:
+        return
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    obs = torch.randn(7, OBS) * 3
+    (onnx_action,) = session.run(None, {"obs": obs.numpy()})
+    torch.testing.assert_close(torch.from_numpy(onnx_action), lrn.act(obs, deterministic=True), atol=1e-5, rtol=1e-4)
+
+
+def test_export_onnx_names_missing_package(tmp_path, monkeypatch):
+    import unilab.algos.fastsac.learner as module
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(module.importlib.util, "find_spec", lambda name: None if name == "onnxscript" else real(name))
+    with pytest.raises(RuntimeError, match="onnxscript"):
+        learner().export_onnx(str(tmp_path / "x.onnx"))
+
+
+# ---------------------------------------------------------------- CUDA (skipped on CPU-only machines)
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@cuda
+def test_cuda_graph_update_learns_without_host_sync():
+    lrn = learner("cuda", cuda_graph=True, bf16=True)
+    gen = torch.Generator("cuda").manual_seed(1)
+    target = TARGET_ACTION.cuda()
+    lrn.add(bandit_batch(lrn, gen, target))
+    lrn.update()  # warm-up cycles + capture + first replay
+    assert lrn._graph is not None
+    acting_stream = torch.cuda.Stream(priority=-1)
+    torch.cuda.set_sync_debug_mode("error")  # any implicit host sync below raises
+    try:
+        for _ in range(150):
+            with torch.cuda.stream(acting_stream):
+                batch = bandit_batch(lrn, gen, target)
+            torch.cuda.current_stream().wait_stream(acting_stream)
+            for value in batch.values():  # allocated on the acting stream, read on this one
+                value.record_stream(torch.cuda.current_stream())
+            lrn.add(batch)
+            metrics = lrn.update()
+            lrn.publish_policy()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert all(torch.isfinite(v) for v in metrics.values())
+    greedy = lrn.act(torch.randn(256, OBS, device="cuda"), deterministic=True)
+    assert (greedy - target).abs().max() < 0.15, greedy.mean(0)
+
+
+@cuda
+def test_cuda_graph_sees_replay_growth_and_reload():
+    lrn = learner("cuda", cuda_graph=True, replay_capacity=1024)
+    gen = torch.Generator("cuda").manual_seed(1)
+    target = TARGET_ACTION.cuda()
+    lrn.add(bandit_batch(lrn, gen, target))
+    lrn.update()
+    for _ in range(20):  # wraps the ring several times under the captured graph
+        lrn.add(bandit_batch(lrn, gen, target))
+        lrn.update()
+    assert int(lrn.replay.size_tensor) == 1024
+    lrn.load_state_dict(lrn.state_dict())  # drops the graph; the next update re-captures it
+    assert lrn._graph is None
+    assert torch.isfinite(lrn.update()["critic_loss"])
+    assert lrn._graph is not None
+
+
+@cuda
+def test_cuda_eager_path_without_graph():
+    lrn = filled("cuda", cuda_graph=False, bf16=True)
+    assert all(torch.isfinite(v) for v in lrn.update().values())
+    assert lrn._graph is None

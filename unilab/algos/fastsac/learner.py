@@ -1,0 +1,302 @@
+"""FastSAC: SAC with twin distributional (C51) critics, large batches and CUDA-graph updates.
+
+One call to `update` is one cycle of `updates_per_step` gradient steps. Each step samples a fresh batch
+from the on-device replay, trains both critics against a projected distributional target, Polyak-updates
+the target critics and, on the steps the static policy-delay pattern selects, trains the actor and the
+entropy temperature. On CUDA the whole cycle is captured once as a CUDA graph and replayed afterwards.
+
+Choices worth knowing:
+- target entropy is -action_dim * (1 - target_entropy_ratio) (ratio 0: SAC's usual -|A|);
+- clipped double-Q in the target: per sample, the target critic whose expected value is smaller provides
+  the whole next-state distribution;
+- the actor maximises the mean of the two critics' expected values (the min is already in the target);
+- log_alpha uses AdamW without weight decay (decay would drag alpha towards 1).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import math
+
+import torch
+from torch import Tensor
+
+from unilab.algos.base import OffPolicyLearner
+from unilab.algos.fastsac.networks import ActingPolicy, Actor, TwinDistributionalCritic
+from unilab.algos.normalizer import RunningNormalizer
+from unilab.algos.replay import ReplayBuffer
+
+METRICS = ("critic_loss", "actor_loss", "alpha", "entropy", "q_mean")
+
+
+def project_distribution(probs: Tensor, target_atoms: Tensor, support: Tensor) -> Tensor:
+    """C51 projection: the mass `probs[b, i]` sitting at `target_atoms[b, i]` is split linearly between
+    the two neighbouring atoms of the fixed, evenly spaced `support` (values outside are clamped to it)."""
+    num_atoms = support.shape[0]
+    v_min, v_max = support[0], support[-1]
+    delta = (v_max - v_min) / (num_atoms - 1)
+    pos = (target_atoms.clamp(v_min, v_max) - v_min) / delta  # fractional atom index in [0, A-1]
+    lower = pos.floor().clamp(0, num_atoms - 1)
+    upper_weight = pos - lower
+    lower_idx = lower.long()
+    # At the top atom, pos == lower and the (clamped) upper neighbour receives zero mass.
+    upper_idx = (lower_idx + 1).clamp(max=num_atoms - 1)
+    out = torch.zeros_like(probs)
+    out.scatter_add_(-1, lower_idx, probs * (1.0 - upper_weight))
+    out.scatter_add_(-1, upper_idx, probs * upper_weight)
+    return out
+
+
+class FastSACLearner(OffPolicyLearner):
+    def __init__(self, cfg, obs_dim: int, critic_obs_dim: int, action_dim: int, device: torch.device, seed: int):
+        super().__init__(cfg, obs_dim, critic_obs_dim, action_dim, device, seed)
+        if cfg.policy_delay < 1 or cfg.updates_per_step < cfg.policy_delay:
+            raise ValueError(
+                f"fastsac: policy_delay ({cfg.policy_delay}) must be >= 1 and <= updates_per_step "
+                f"({cfg.updates_per_step}), or the actor would never be trained"
+            )
+        torch.manual_seed(seed)
+        dev = self.device
+        self.on_cuda = dev.type == "cuda"
+        self.use_graph = self.on_cuda and bool(cfg.cuda_graph)
+        self.bf16 = self.on_cuda and bool(cfg.bf16)
+
+        self.actor = Actor(obs_dim, action_dim, cfg.actor_hidden_dim, cfg.log_std_min, cfg.log_std_max).to(dev)
+        self.critic = TwinDistributionalCritic(critic_obs_dim, action_dim, cfg.critic_hidden_dim, cfg.num_atoms).to(dev)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.obs_norm = RunningNormalizer(obs_dim, cfg.obs_clip, enabled=cfg.obs_normalization).to(dev)
+        self.critic_obs_norm = RunningNormalizer(critic_obs_dim, cfg.obs_clip, enabled=cfg.obs_normalization).to(dev)
+        self.log_alpha = torch.nn.Parameter(torch.tensor(math.log(cfg.init_alpha), device=dev))
+        self.target_entropy = -action_dim * (1.0 - cfg.target_entropy_ratio)
+        self.support = torch.linspace(cfg.v_min, cfg.v_max, cfg.num_atoms, device=dev)
+
+        # capturable keeps the optimiser's step counters on the device, as graph capture requires.
+        adamw = dict(weight_decay=cfg.weight_decay, capturable=self.use_graph)
+        self.critic_opt = torch.optim.AdamW(self.critic.parameters(), cfg.critic_lr, **adamw)
+        self.actor_opt = torch.optim.AdamW(self.actor.parameters(), cfg.actor_lr, **adamw)
+        self.alpha_opt = torch.optim.AdamW([self.log_alpha], cfg.alpha_lr, **{**adamw, "weight_decay": 0.0})
+
+        self.replay = ReplayBuffer(
+            cfg.replay_capacity,
+            {
+                "obs": ((obs_dim,), torch.float32),
+                "critic_obs": ((critic_obs_dim,), torch.float32),
+                "action": ((action_dim,), torch.float32),
+                "reward": ((), torch.float32),
+                "next_obs": ((obs_dim,), torch.float32),
+                "next_critic_obs": ((critic_obs_dim,), torch.float32),
+                "terminated": ((), torch.float32),
+            },
+            dev,
+        )
+        self.actor_schedule = [k % cfg.policy_delay == cfg.policy_delay - 1 for k in range(cfg.updates_per_step)]
+        self.num_updates = 0  # gradient steps taken, warm-up steps of the graph capture included
+        self._chunk = 0  # rows per add(), for ready()
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._graph_metrics: Tensor | None = None
+
+        self.acting = ActingPolicy(copy.deepcopy(self.actor), self.obs_norm)
+        if self.on_cuda:
+            # Cross-stream ordering between publish_policy (learner stream) and act (acting stream).
+            self._published = torch.cuda.Event()
+            self._acted = torch.cuda.Event()
+        self.publish_policy()
+
+    # ------------------------------------------------------------------ data
+
+    def add(self, batch: dict[str, Tensor]) -> None:
+        n = batch["obs"].shape[0]
+        rows = {}
+        for key, (shape, dtype) in self.replay.spec.items():
+            rows[key] = batch[key].to(self.device, dtype).reshape(n, *shape)
+        self.replay.extend(rows)
+        self.obs_norm.update(rows["obs"])
+        self.critic_obs_norm.update(rows["critic_obs"])
+        self._chunk = n
+
+    def ready(self) -> bool:
+        return self.replay.size >= max(self.cfg.batch_size, self.cfg.learning_starts * self._chunk)
+
+    # ------------------------------------------------------------------ training
+
+    def _autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16, cache_enabled=False)
+
+    def _expected(self, logits: Tensor) -> Tensor:
+        return (logits.float().softmax(-1) * self.support).sum(-1)
+
+    def _step(self, update_actor: bool) -> dict[str, Tensor]:
+        cfg = self.cfg
+        b = self.replay.sample(cfg.batch_size)
+        obs, next_obs = self.obs_norm(b["obs"]), self.obs_norm(b["next_obs"])
+        critic_obs, next_critic_obs = self.critic_obs_norm(b["critic_obs"]), self.critic_obs_norm(b["next_critic_obs"])
+        alpha = self.log_alpha.detach().exp()
+
+        with torch.no_grad():
+            with self._autocast():
+                next_action, next_logp = self.actor.sample(next_obs)
+                target_logits = self.critic_target(next_critic_obs, next_action)
+            target_probs = target_logits.float().softmax(-1)  # (2, B, A)
+            next_q = (target_probs * self.support).sum(-1)  # (2, B)
+            next_probs = torch.where((next_q[0] <= next_q[1]).unsqueeze(-1), target_probs[0], target_probs[1])
+            discount = cfg.gamma * (1.0 - b["terminated"])
+            target_atoms = b["reward"].unsqueeze(-1) + discount.unsqueeze(-1) * (
+                self.support - alpha * next_logp.unsqueeze(-1)
+            )
+            target = project_distribution(next_probs, target_atoms, self.support)
+
+        with self._autocast():
+            logits = self.critic(critic_obs, b["action"])
+        log_probs = logits.float().log_softmax(-1)
+        critic_loss = -(target * log_probs).sum(-1).mean(-1).sum()  # cross-entropy, summed over the twins
+        self.critic_opt.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_opt.step()
+        with torch.no_grad():
+            target_params = list(self.critic_target.parameters())
+            torch._foreach_lerp_(target_params, list(self.critic.parameters()), cfg.tau)
+        out = {"critic_loss": critic_loss.detach(), "q_mean": (log_probs.detach().exp() * self.support).sum(-1).mean()}
+
+        if update_actor:
+            with self._autocast():
+                action, logp = self.actor.sample(obs)
+                q = self._expected(self.critic(critic_obs, action)).mean(0)
+            actor_loss = (alpha * logp - q).mean()
+            self.actor_opt.zero_grad(set_to_none=True)
+            actor_loss.backward(inputs=list(self.actor.parameters()))  # no gradients into the critics
+            self.actor_opt.step()
+
+            alpha_loss = (self.log_alpha.exp() * (-logp.detach() - self.target_entropy)).mean()
+            self.alpha_opt.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            self.alpha_opt.step()
+            out["actor_loss"] = actor_loss.detach()
+            out["entropy"] = -logp.detach().mean()
+        return out
+
+    def _cycle(self) -> Tensor:
+        """All steps of one update; returns the metrics stacked in METRICS order."""
+        steps = [self._step(update_actor) for update_actor in self.actor_schedule]
+
+        def mean(key: str) -> Tensor:
+            return torch.stack([s[key] for s in steps if key in s]).mean()
+
+        alpha = self.log_alpha.detach().exp()
+        return torch.stack([mean("critic_loss"), mean("actor_loss"), alpha, mean("entropy"), mean("q_mean")])
+
+    def _capture(self) -> None:
+        with torch.cuda.device(self.device):
+            stream = torch.cuda.current_stream()
+            side = torch.cuda.Stream()
+            side.wait_stream(stream)
+            # Warm-up on a side stream so that lazy state (optimiser moments, cuBLAS workspaces, autocast
+            # kernels) exists before capture. These cycles are real updates on real data.
+            with torch.cuda.stream(side):
+                for _ in range(self.cfg.cuda_graph_warmup):
+                    self._cycle()
+                    self.num_updates += len(self.actor_schedule)
+            stream.wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            # thread_local: an acting thread may keep issuing CUDA work while this thread captures.
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                self._graph_metrics = self._cycle()
+        self._graph = graph
+
+    def update(self) -> dict[str, Tensor]:
+        if not self.ready():
+            raise RuntimeError(f"fastsac: update() before ready() (replay holds {self.replay.size} samples)")
+        if self.use_graph:
+            if self._graph is None:
+                self._capture()
+            self._graph.replay()
+            metrics = self._graph_metrics.clone()  # the graph overwrites its output on the next replay
+        else:
+            metrics = self._cycle()
+        self.num_updates += len(self.actor_schedule)
+        return dict(zip(METRICS, metrics.unbind()))
+
+    # ------------------------------------------------------------------ acting
+
+    def publish_policy(self) -> None:
+        if self.on_cuda:
+            stream = torch.cuda.current_stream(self.device)
+            stream.wait_event(self._acted)  # don't overwrite weights an in-flight act() is reading
+            self.acting.publish_from(self.actor, self.obs_norm)
+            self._published.record(stream)
+        else:
+            self.acting.publish_from(self.actor, self.obs_norm)
+
+    @torch.no_grad()
+    def act(self, obs: Tensor, deterministic: bool = False) -> Tensor:
+        if not self.on_cuda:
+            return self.acting(obs, deterministic)
+        stream = torch.cuda.current_stream(self.device)
+        stream.wait_event(self._published)
+        action = self.acting(obs, deterministic)
+        self._acted.record(stream)
+        return action
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def state_dict(self) -> dict:
+        return {
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict(),
+            "critic_target": self.critic_target.state_dict(),
+            "obs_norm": self.obs_norm.state_dict(),
+            "critic_obs_norm": self.critic_obs_norm.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "actor_opt": self.actor_opt.state_dict(),
+            "critic_opt": self.critic_opt.state_dict(),
+            "alpha_opt": self.alpha_opt.state_dict(),
+            "num_updates": self.num_updates,
+        }
+
+    def load_state_dict(self, sd: dict) -> None:
+        # Module loads copy in place, so a captured graph would still see the new weights; the optimisers
+        # however get fresh state tensors, so the graph is dropped and re-captured on the next update().
+        self.actor.load_state_dict(sd["actor"])
+        self.critic.load_state_dict(sd["critic"])
+        self.critic_target.load_state_dict(sd["critic_target"])
+        self.obs_norm.load_state_dict(sd["obs_norm"])
+        self.critic_obs_norm.load_state_dict(sd["critic_obs_norm"])
+        with torch.no_grad():
+            self.log_alpha.copy_(sd["log_alpha"])
+        for name in ("actor_opt", "critic_opt", "alpha_opt"):
+            saved = sd[name]
+            # A checkpoint written on another device/mode carries its own `capturable` flag; use ours.
+            groups = [{**g, "capturable": self.use_graph} for g in saved["param_groups"]]
+            getattr(self, name).load_state_dict({**saved, "param_groups": groups})
+        self.num_updates = int(sd["num_updates"])
+        self._graph = None
+        self._graph_metrics = None
+        self.publish_policy()
+
+    def export_onnx(self, path: str) -> None:
+        # torch's ONNX exporter (torch.export based since 2.9) needs both packages.
+        missing = [pkg for pkg in ("onnx", "onnxscript") if importlib.util.find_spec(pkg) is None]
+        if missing:
+            raise RuntimeError(
+                f"export_onnx needs the Python package(s) {', '.join(missing)}: pip install {' '.join(missing)}"
+            )
+        policy = _Deterministic(ActingPolicy(copy.deepcopy(self.actor), self.obs_norm)).cpu().float().eval()
+        example = torch.zeros(2, self.obs_dim)  # batch 2: torch.export specialises a batch of 1
+        torch.onnx.export(
+            policy,
+            (example,),
+            path,
+            input_names=["obs"],
+            output_names=["action"],
+            dynamic_shapes={"obs": {0: torch.export.Dim("batch")}},
+            external_data=False,
+        )
+
+
+class _Deterministic(torch.nn.Module):
+    def __init__(self, policy: ActingPolicy):
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, obs: Tensor) -> Tensor:
+        return self.policy(obs, deterministic=True)

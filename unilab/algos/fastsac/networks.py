@@ -1,0 +1,100 @@
+"""FastSAC networks: LayerNorm MLPs, a tanh-Gaussian actor and twin C51 critics."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from unilab.algos.normalizer import RunningNormalizer
+
+
+def mlp(in_dim: int, hidden_dim: int, out_dim: int) -> nn.Sequential:
+    """Three hidden layers narrowing hidden -> hidden/2 -> hidden/4, each Linear + LayerNorm + SiLU."""
+    widths = [in_dim, hidden_dim, max(hidden_dim // 2, 1), max(hidden_dim // 4, 1)]
+    layers: list[nn.Module] = []
+    for a, b in zip(widths[:-1], widths[1:]):
+        layers += [nn.Linear(a, b), nn.LayerNorm(b), nn.SiLU()]
+    layers.append(nn.Linear(widths[-1], out_dim))
+    return nn.Sequential(*layers)
+
+
+class Actor(nn.Module):
+    """Tanh-squashed Gaussian policy over actions in [-1, 1]; takes normalised observations."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden_dim: int, log_std_min: float, log_std_max: float):
+        super().__init__()
+        self.action_dim = action_dim
+        self.log_std_min = log_std_min
+        self.log_std_max = log_std_max
+        self.net = mlp(obs_dim, hidden_dim, 2 * action_dim)
+        head = self.net[-1]
+        # Start near the centre of the action box with a moderate std, whatever the trunk says.
+        nn.init.uniform_(head.weight, -1e-3, 1e-3)
+        nn.init.zeros_(head.bias)
+
+    def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        """Pre-tanh mean and log-std, in float32 even when the trunk ran under bf16 autocast."""
+        mean, raw_log_std = self.net(obs).float().chunk(2, dim=-1)
+        # Soft clamp into [min, max]: unlike clamp(), the gradient never vanishes at the bounds.
+        log_std = self.log_std_max - F.softplus(self.log_std_max - raw_log_std)
+        log_std = self.log_std_min + F.softplus(log_std - self.log_std_min)
+        return mean, log_std
+
+    def sample(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        """Reparameterised action in [-1, 1] and its log-probability (tanh change of variables)."""
+        mean, log_std = self(obs)
+        noise = torch.randn_like(mean)
+        u = mean + noise * log_std.exp()
+        gaussian_logp = -0.5 * noise.square() - log_std - 0.5 * math.log(2 * math.pi)
+        # log(1 - tanh(u)^2) written stably: 2 * (log 2 - u - softplus(-2u)).
+        log_det = 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
+        return torch.tanh(u), (gaussian_logp - log_det).sum(-1)
+
+    def deterministic(self, obs: Tensor) -> Tensor:
+        return torch.tanh(self(obs)[0])
+
+
+class TwinDistributionalCritic(nn.Module):
+    """Two independent C51 critics over (critic_obs, action); forward returns logits (2, B, num_atoms)."""
+
+    def __init__(self, critic_obs_dim: int, action_dim: int, hidden_dim: int, num_atoms: int):
+        super().__init__()
+        self.q1 = mlp(critic_obs_dim + action_dim, hidden_dim, num_atoms)
+        self.q2 = mlp(critic_obs_dim + action_dim, hidden_dim, num_atoms)
+
+    def forward(self, critic_obs: Tensor, action: Tensor) -> Tensor:
+        x = torch.cat([critic_obs, action.to(critic_obs.dtype)], dim=-1)
+        return torch.stack([self.q1(x), self.q2(x)])
+
+
+class ActingPolicy(nn.Module):
+    """What acts and what is exported: observation normalisation followed by the actor.
+
+    It owns its own copies of the weights and statistics; the learner refreshes them with
+    `publish_from`, so acting never reads tensors that a training step is writing.
+    """
+
+    def __init__(self, actor: Actor, normalizer: RunningNormalizer):
+        super().__init__()
+        self.actor = actor
+        self.normalize_obs = normalizer.enabled
+        self.clip = normalizer.clip
+        self.register_buffer("loc", normalizer.loc.detach().clone())
+        self.register_buffer("scale", normalizer.scale.detach().clone())
+        self.requires_grad_(False)
+
+    @torch.no_grad()
+    def publish_from(self, actor: Actor, normalizer: RunningNormalizer) -> None:
+        torch._foreach_copy_(list(self.actor.parameters()), [p.detach() for p in actor.parameters()])
+        self.loc.copy_(normalizer.loc)
+        self.scale.copy_(normalizer.scale)
+
+    def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:
+        if self.normalize_obs:
+            obs = ((obs - self.loc) * self.scale).clamp(-self.clip, self.clip)
+        if deterministic:
+            return self.actor.deterministic(obs)
+        return self.actor.sample(obs)[0]
