@@ -20,7 +20,8 @@ def child_device_and_env(evidence: CudaProcessSharingEvidence, device: str) -> t
     log_dir = os.environ.get("CUDA_MPS_LOG_DIRECTORY")
     if log_dir:
         env["CUDA_MPS_LOG_DIRECTORY"] = log_dir
-    return "cuda:0", env
+    # The probe has checked that the device is CUDA; the pinned GPU is ordinal 0 in the children.
+    return ("cuda:0" if device.startswith("cuda") else device), env
 
 
 @contextmanager

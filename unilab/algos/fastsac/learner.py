@@ -37,7 +37,9 @@ def project_distribution(probs: Tensor, target_atoms: Tensor, support: Tensor) -
     v_min, v_max = support[0], support[-1]
     delta = (v_max - v_min) / (num_atoms - 1)
     pos = (target_atoms.clamp(v_min, v_max) - v_min) / delta  # fractional atom index in [0, A-1]
-    lower = pos.floor().clamp(0, num_atoms - 1)
+    # A non-finite target must not become an out-of-range index (a device-side assert on the GPU,
+    # fatal to every MPS client); its NaN still reaches the loss through upper_weight, for the NaN guard.
+    lower = torch.nan_to_num(pos, nan=0.0).floor().clamp(0, num_atoms - 1)
     upper_weight = pos - lower
     lower_idx = lower.long()
     # At the top atom, pos == lower and the (clamped) upper neighbour receives zero mass.

@@ -1,0 +1,193 @@
+"""The rank-local runtime end to end on the CPU: two real processes, a real (tiny) MJWarp env."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from unilab.runtime.metrics import METRIC_KEYS, read_metrics
+
+pytestmark = pytest.mark.slow
+
+SMOKE = ["+preset=cpu_smoke", "task.num_envs=16", "training.tensorboard=false"]
+
+
+def train(log_dir: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "unilab.cli.train", *SMOKE, f"training.log_dir={log_dir}", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def only_run(log_dir: Path) -> Path:
+    (run,) = [p for p in log_dir.iterdir() if p.is_dir()]
+    return run
+
+
+def summary(run: Path) -> dict:
+    return json.loads((run / "run_summary.json").read_text())
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is gone for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    log_dir = tmp_path_factory.mktemp("e2e")
+    done = train(log_dir, "--algo", "fastsac", "--task", "g1_walk_flat", "algo.max_iterations=20",
+                 "algo.save_interval=10", "training.tensorboard=true")
+    assert done.returncode == 0, done.stderr[-4000:]
+    return log_dir, only_run(log_dir), done
+
+
+def test_fastsac_walk_flat_trains_end_to_end(finished_run):
+    _, run, done = finished_run
+    rows = read_metrics(run)
+    assert [r["iteration"] for r in rows] == list(range(20))
+    for key in METRIC_KEYS:
+        assert key in rows[-1]
+    trained = [r for r in rows if r["critic_loss"] is not None]
+    assert trained, "the learner never updated"
+    for row in rows[1:-1]:
+        for key in ("iteration_ms", "env_steps_per_s", "learner_train_ms", "collector_env_step_ms"):
+            assert row[key] is not None and math.isfinite(row[key]) and row[key] >= 0, (key, row)
+    assert rows[-1]["schema_version"] == 1 and rows[-1]["replay_size"] == 20 * 16
+    s = summary(run)
+    assert s["status"] == "completed" and s["iterations"] == 20 and s["exit_codes"] == {"learner": 0, "collector": 0}
+    manifest = json.loads((run / "runtime_manifest.json").read_text())
+    (rank,) = manifest["ranks"]
+    assert rank["learner_pid"] and rank["collector_pid"] and rank["learner_pid"] != rank["collector_pid"]
+    assert manifest["cuda_process_sharing"]["effective"] is None
+    assert (run / "run_config.json").exists()
+    assert (run / "checkpoints" / "latest.pt").exists() and (run / "checkpoints" / "iter_0000010.pt").exists()
+    assert list((run / "tensorboard").glob("events.*"))
+    assert "steps/s" in done.stderr  # the console progress line
+    assert not pid_alive(rank["learner_pid"]) and not pid_alive(rank["collector_pid"])
+
+
+def test_resume_continues_iterations_and_logs(finished_run):
+    log_dir, run, _ = finished_run
+    done = train(log_dir, f"training.resume={run}", "algo.max_iterations=26")
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows = read_metrics(run)
+    assert [r["iteration"] for r in rows] == list(range(26))
+    assert summary(run)["iterations"] == 26
+    assert (run / "segments" / "0" / "run_summary.json").exists()
+
+
+def test_collector_exception_stops_the_learner(tmp_path):
+    # A contact capacity of 1 overflows at once; sim.overflow=error makes the collector raise.
+    start = time.monotonic()
+    done = train(tmp_path, "sim.nconmax=1", "algo.max_iterations=1000")
+    assert done.returncode == 1, done.stderr[-4000:]
+    s = summary(only_run(tmp_path))
+    assert s["status"] == "failed" and s["failed_role"] == "collector"
+    assert "SimOverflowError" in s["traceback"]
+    assert time.monotonic() - start < 300
+
+
+def test_learner_exception_ends_the_collector(tmp_path):
+    done = train(tmp_path, "algo.max_iterations=200", "algo.critic_lr=1e30", "algo.actor_lr=1e30",
+                 "training.nan_guard.enabled=true")
+    assert done.returncode == 1, done.stderr[-4000:]
+    run = only_run(tmp_path)
+    s = summary(run)
+    assert s["status"] == "failed" and s["failed_role"] == "learner", s
+    assert "nan guard" in s["traceback"]
+    rank = json.loads((run / "runtime_manifest.json").read_text())["ranks"][0]
+    assert not pid_alive(rank["collector_pid"])
+
+
+def _start(log_dir: Path, *args: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "unilab.cli.train", *SMOKE, f"training.log_dir={log_dir}",
+           "algo.max_iterations=100000", *args]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_metrics(log_dir: Path, proc: subprocess.Popen, rows: int = 3, timeout: float = 300) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-4000:]
+        runs = [p for p in log_dir.iterdir() if p.is_dir()] if log_dir.exists() else []
+        if runs and len(read_metrics(runs[0])) >= rows:
+            return runs[0]
+        time.sleep(0.5)
+    proc.kill()
+    raise AssertionError("no metrics in time")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_stops_both_saves_and_marks_interrupted(tmp_path, sig):
+    proc = _start(tmp_path)
+    try:
+        run = _wait_for_metrics(tmp_path, proc)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-4000:]
+    s = summary(run)
+    assert s["status"] == "interrupted" and sig.name in s["cause"]
+    assert (run / "checkpoints" / "latest.pt").exists()
+    rank = json.loads((run / "runtime_manifest.json").read_text())["ranks"][0]
+    assert not pid_alive(rank["learner_pid"]) and not pid_alive(rank["collector_pid"])
+
+
+def test_children_exit_when_the_launcher_dies(tmp_path):
+    proc = _start(tmp_path)
+    try:
+        run = _wait_for_metrics(tmp_path, proc)
+        rank = json.loads((run / "runtime_manifest.json").read_text())["ranks"][0]
+        proc.kill()
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and (pid_alive(rank["learner_pid"]) or pid_alive(rank["collector_pid"])):
+            time.sleep(0.2)
+        assert not pid_alive(rank["learner_pid"]) and not pid_alive(rank["collector_pid"])
+    finally:
+        proc.kill()
+
+
+def test_mps_attachment_failure_stops_the_run(tmp_path, monkeypatch, capsys, mps_env, daemon):
+    """The children are not clients of the (fake) daemon: exit 2, both stopped, the process named."""
+    import unilab.execution.probe as probe_mod
+    from fakes import FakeNvml
+    from unilab.cli.train import main as train_main
+    from unilab.execution import HostFacts
+
+    real_probe = probe_mod.probe_cuda_process_sharing
+
+    def probe_as_if_cuda(requested, learner_device, collector_device, *, backend, host=None, timeout_s=5.0):
+        # This CPU host cannot give the children a CUDA context; probe as if they were on cuda:0.
+        ev = real_probe(requested, "cuda:0", "cuda:0", backend=backend, timeout_s=timeout_s,
+                        host=HostFacts(platform="linux", env=mps_env, nvml=FakeNvml()))
+        return ev.model_copy(update={"learner_device": learner_device, "collector_device": collector_device})
+
+    monkeypatch.setattr(probe_mod, "probe_cuda_process_sharing", probe_as_if_cuda)
+    for key, value in mps_env.items():
+        monkeypatch.setenv(key, value)
+    args = [*SMOKE, f"training.log_dir={tmp_path}", "+execution=mps", "training.mps_attach_timeout_s=2"]
+    with pytest.raises(SystemExit) as info:
+        train_main(args)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "mps_clients_attached" in err and "learner" in err and "collector" in err
+    run = only_run(tmp_path)
+    s = summary(run)
+    assert s["status"] == "failed" and "mps_clients_attached" in s["cause"]
+    sharing = json.loads((run / "runtime_manifest.json").read_text())["cuda_process_sharing"]
+    assert sharing["effective"] is None and not sharing["clients_verified"]
