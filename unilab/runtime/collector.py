@@ -38,6 +38,8 @@ def _run(spec: RoleSpec, mailbox: Mailbox, to_learner, to_launcher) -> None:
     from .timing import Stamp
 
     device = torch.device(spec.device)
+    if device.type == "cpu":
+        torch.set_num_threads(1)  # learner and collector share the cores; tiny ops lose to thread overhead
     report_ready("collector", device, to_launcher)
     torch.manual_seed(spec.seed)
     env = make_env(spec.config["task"], spec.config["sim"], str(device), spec.seed)

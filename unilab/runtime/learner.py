@@ -55,6 +55,8 @@ class LearnerLoop:
         self.mailbox = mailbox
         self.to_collector = to_collector
         self.device = device = torch.device(spec.device)
+        if device.type == "cpu":
+            torch.set_num_threads(1)  # learner and collector share the cores; tiny ops lose to thread overhead
         report_ready("learner", device, to_launcher)
         torch.manual_seed(spec.seed)
         _, dims, self.obs_buf, self.act_buf, self.slots, handles = mailbox.get(
