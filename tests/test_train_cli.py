@@ -56,7 +56,7 @@ def run_train(*args) -> int:
 
 
 def run_dirs(log_dir: Path) -> list[Path]:
-    return sorted(p for p in log_dir.iterdir() if p.is_dir()) if log_dir.exists() else []
+    return sorted(p for p in log_dir.iterdir() if p.is_dir() and p.name != "multirun") if log_dir.exists() else []
 
 
 def test_default_composes_and_records_effective_null(tmp_path, spies, capsys):
