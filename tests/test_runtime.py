@@ -62,8 +62,9 @@ def test_fastsac_walk_flat_trains_end_to_end(finished_run):
         assert key in rows[-1]
     trained = [r for r in rows if r["critic_loss"] is not None]
     assert trained, "the learner never updated"
-    for row in rows[1:-1]:
-        for key in ("iteration_ms", "env_steps_per_s", "learner_train_ms", "collector_env_step_ms"):
+    for row in rows[4:-1]:  # collector timings arrive two chunks late, the backend split after the 2nd chunk
+        for key in ("iteration_ms", "env_steps_per_s", "learner_train_ms", "collector_env_step_ms",
+                    "collector_backend_step_ms", "collector_replay_write_ms", "collector_wait_for_action_ms"):
             assert row[key] is not None and math.isfinite(row[key]) and row[key] >= 0, (key, row)
     assert rows[-1]["schema_version"] == 1 and rows[-1]["replay_size"] == 20 * 16
     s = summary(run)

@@ -66,7 +66,9 @@ def _run(spec: RoleSpec, mailbox: Mailbox, to_learner, to_launcher) -> None:
     obs_ready.record()
     to_learner.put(("obs", 0))
 
-    stamps = [[Stamp(device) for _ in range(4)] for _ in range(k_ticks)]
+    # Stamps of chunk j are read back two chunks later (no host wait on the hot path).
+    stamp_sets = [[[Stamp(device) for _ in range(4)] for _ in range(k_ticks)] for _ in range(3)]
+    chunk = 0
     free = deque(range(len(slots)))
     backpressure = 0
     tick = 0
@@ -84,6 +86,7 @@ def _run(spec: RoleSpec, mailbox: Mailbox, to_learner, to_launcher) -> None:
         slot = slots[s]
         slot_free[s].wait()  # the learner has finished reading this slot
         slot["episode_stats"].zero_()
+        stamps = stamp_sets[chunk % len(stamp_sets)]
         wait_ms = 0.0
         for k in range(k_ticks):
             rows = slice(k * n, (k + 1) * n)
@@ -118,19 +121,30 @@ def _run(spec: RoleSpec, mailbox: Mailbox, to_learner, to_launcher) -> None:
         slot_ready[s].record()
         timings.update(collector_wait_for_action_ms=wait_ms, ingress_backpressure=float(backpressure))
         to_learner.put(("chunk", s, dict(timings)))
-        timings = _chunk_timings(stamps, env, timeout)
+        chunk += 1
+        if chunk >= 2:
+            timings.update(_chunk_timings(stamp_sets[(chunk - 2) % len(stamp_sets)], timeout))
+        if chunk % SIM_CHECK_EVERY == 2:
+            timings.update(_sim_checks(env, stamps, timeout, k_ticks))
 
 
-def _chunk_timings(stamps, env, timeout: float) -> dict[str, float]:
-    """GPU times of the chunk just handed over (bounded wait on its last stamp)."""
+SIM_CHECK_EVERY = 25  # chunks between the (synchronising) backend timing read and overflow check
+
+
+def _chunk_timings(stamps, timeout: float) -> dict[str, float]:
+    """GPU times of a chunk handed over two chunks ago (its work is done; the wait is bounded)."""
     stamps[-1][3].wait_done(timeout, "collector: finishing an env step")
-    env_ms = sum(st[1].ms_until(st[2]) for st in stamps)
-    write_ms = sum(st[0].ms_until(st[1]) + st[2].ms_until(st[3]) for st in stamps)
-    timing = env.timing
+    return {
+        "collector_env_step_ms": sum(st[1].ms_until(st[2]) for st in stamps),
+        "collector_replay_write_ms": sum(st[0].ms_until(st[1]) + st[2].ms_until(st[3]) for st in stamps),
+    }
+
+
+def _sim_checks(env, stamps, timeout: float, k_ticks: int) -> dict[str, float]:
+    """Backend physics time of the latest step, and the contact/constraint overflow check."""
+    stamps[-1][3].wait_done(timeout, "collector: finishing an env step")
     overflow = env.backend.check_overflow()  # raises with sim.overflow=error: never a silent overflow
     return {
+        "collector_backend_step_ms": float(env.timing.get("backend_ms", 0.0)) * k_ticks,
         "sim_overflow": float(overflow or 0),
-        "collector_env_step_ms": env_ms,
-        "collector_backend_step_ms": float(timing.get("backend_ms", 0.0)) * len(stamps),
-        "collector_replay_write_ms": write_ms,
     }

@@ -90,13 +90,18 @@ class LearnerLoop:
         cuda = device.type == "cuda"
         self.inf_stream = torch.cuda.Stream(device, priority=-1) if cuda else None
         self.upd_stream = torch.cuda.Stream(device, priority=0) if cuda else None
-        # Two sets of stamps: iteration i is read back while i+1 runs.
+        # Metrics of iteration i are read back LAG iterations later, when its GPU work is long done,
+        # so the host never waits for the GPU on the hot path.
+        self.lag = 2
+        ring = self.lag + 1
         self.stamps = [{name: Stamp(device) for name in ("inf_start", "inf_end", "train_start", "train_end")}
-                       for _ in range(2)]
-        self.published = [Stamp(device) for _ in range(2)]
+                       for _ in range(ring)]
+        self.published = [Stamp(device) for _ in range(ring)]
         self.last_published = None
-        self.host_stats = [torch.zeros(8, pin_memory=cuda) for _ in range(2)]
-        self.pending: dict | None = None
+        self.host_stats = [torch.zeros(8, pin_memory=cuda) for _ in range(ring)]
+        self.pending: list[dict] = []
+        self._flags = torch.tensor([[1.0, 0.0], [0.0, 0.0]], device=device)
+        self._nan3 = torch.full((3,), float("nan"), device=device)
         if not go_event.wait(spec.startup_timeout_s):
             raise RuntimeError("learner: the launcher never confirmed the start (MPS verification?)")
 
@@ -112,7 +117,7 @@ class LearnerLoop:
         tick = 0
         while self.iteration < self.max_iterations:
             t_iter = time.perf_counter()
-            st = self.stamps[self.iteration % 2]
+            st = self.stamps[self.iteration % len(self.stamps)]
             wait_ms = 0.0
             for k in range(k_ticks):
                 t0 = time.perf_counter()
@@ -137,13 +142,16 @@ class LearnerLoop:
             _, s, collector_timings = self.mailbox.get("chunk", phase="waiting for the replay slot", timeout_s=timeout)
             self._update_phase(s, st)
             self.env_steps += self.dims.num_envs * k_ticks
-            self._log_previous(timeout)
-            self.pending = {"iteration": self.iteration, "env_steps": self.env_steps, "wait_ms": wait_ms,
-                            "collector": collector_timings, "t_iter": t_iter}
+            self.pending.append({"iteration": self.iteration, "env_steps": self.env_steps, "wait_ms": wait_ms,
+                                 "collector": collector_timings, "t_iter": t_iter,
+                                 "replay_size": self.learner.replay.size})
+            while len(self.pending) > self.lag:
+                self._log_oldest(timeout)
             self.iteration += 1
             if self.iteration % self.save_interval == 0 and self.iteration < self.max_iterations:
                 self.save()
-        self._log_previous(timeout, final=True)
+        while self.pending:
+            self._log_oldest(timeout)
         self.save()
         if self.spec.training.get("export_onnx"):
             self.learner.export_onnx(f"{self.spec.run_dir}/policy.onnx")
@@ -152,14 +160,17 @@ class LearnerLoop:
         torch = self.torch
         slot = self.slots[s]
         with self._stream(self.upd_stream):
-            self.slot_ready[s].wait(self.upd_stream)
             if self.upd_stream is not None:
                 self.upd_stream.wait_event(st["inf_end"].event)  # inference has read the acting weights
-            st["train_start"].record(self.upd_stream)
+            # Publish the previous update's weights before waiting for the new slot, so the next
+            # ticks' inference (and the collector's physics) can overlap this update phase.
             if self.trained_once:
                 self.learner.publish_policy()
-            self.published[self.iteration % 2].record(self.upd_stream)
-            self.last_published = self.published[self.iteration % 2]
+            published = self.published[self.iteration % len(self.published)]
+            published.record(self.upd_stream)
+            self.last_published = published
+            self.slot_ready[s].wait(self.upd_stream)
+            st["train_start"].record(self.upd_stream)
             self.learner.add({k: slot[k] for k in ("obs", "critic_obs", "action", "reward", "next_obs",
                                                    "next_critic_obs", "terminated")})
             stats = slot["episode_stats"].clone()
@@ -170,25 +181,24 @@ class LearnerLoop:
                 out = self.learner.update()
                 losses = torch.stack([out["critic_loss"].float(), out["actor_loss"].float(), out["alpha"].float()])
                 self.trained_once = True
-            host = self.host_stats[self.iteration % 2]
-            packed = torch.cat([stats, losses if losses is not None else torch.full((3,), float("nan"),
-                                                                                   device=self.device),
-                                torch.tensor([float(losses is not None), 0.0], device=self.device)])
+            host = self.host_stats[self.iteration % len(self.host_stats)]
+            # Constant tensors live on the device already: a host->device copy here would sync.
+            trained = self._flags[0] if losses is not None else self._flags[1]
+            packed = torch.cat([stats, losses if losses is not None else self._nan3, trained])
             host.copy_(packed, non_blocking=True)
             st["train_end"].record(self.upd_stream)
 
-    def _log_previous(self, timeout: float, final: bool = False) -> None:
-        """Write the metrics row of the previous iteration (its GPU work is done or nearly so)."""
-        p = self.pending
-        if p is None:
-            return
+    def _log_oldest(self, timeout: float) -> None:
+        """Write the metrics row of the oldest pending iteration (its GPU work is done or nearly so)."""
+        p = self.pending.pop(0)
         i = p["iteration"]
-        st = self.stamps[i % 2]
+        st = self.stamps[i % len(self.stamps)]
         st["train_end"].wait_done(timeout, "learner: update phase")
-        stats = self.host_stats[i % 2].tolist()
+        stats = self.host_stats[i % len(self.host_stats)].tolist()
         count, ret_sum, len_sum, critic_loss, actor_loss, alpha, trained, _ = stats
-        now = time.perf_counter()
-        iteration_ms = 1e3 * (now - p["t_iter"]) if not final else None
+        # Wall time between the starts of consecutive iterations (the last one has no successor).
+        nxt = self.pending[0]["t_iter"] if self.pending else None
+        iteration_ms = 1e3 * (nxt - p["t_iter"]) if nxt is not None else None
         if trained and self.nan_guard and not all(map(math.isfinite, (critic_loss, actor_loss, alpha))):
             self.nan_trips += 1
             if self.nan_trips >= 3:
@@ -200,7 +210,7 @@ class LearnerLoop:
             "learner_train_ms": st["train_start"].ms_until(st["train_end"]),
             "learner_wait_for_collector_ms": p["wait_ms"],
             "learner_inference_ms": st["inf_start"].ms_until(st["inf_end"]),
-            "replay_size": self.learner.replay.size,
+            "replay_size": p["replay_size"],
             "episode_return": ret_sum / count if count else None,
             "episode_length": len_sum / count if count else None,
             "episodes_finished": count,
@@ -211,7 +221,6 @@ class LearnerLoop:
             **p["collector"],
         }
         self.last_row = self.metrics.write(i, p["env_steps"], values, max_iterations=self.max_iterations)
-        self.pending = None
 
     def save(self) -> None:
         from .checkpoint import save_checkpoint

@@ -1,0 +1,1 @@
+"""FlashSAC: SAC with norm-bounded residual networks, a categorical critic ensemble and few, large updates."""

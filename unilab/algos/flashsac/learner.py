@@ -1,0 +1,336 @@
+"""FlashSAC: SAC made stable at large scale by bounding weight, feature and return norms.
+
+One call to `update` is one cycle of `updates_per_step` gradient steps. Each step samples a batch from the
+on-device replay, trains the critic ensemble on a projected categorical target, EMA-updates the target
+critic and, on the steps the static policy-delay pattern selects, trains the actor and the temperature.
+After every optimiser step (and every EMA) the norm-bounded layers are projected back onto their spheres.
+On CUDA the whole cycle is captured once as a CUDA graph and replayed afterwards.
+
+Choices worth knowing:
+- BatchNorm statistics: critic and target critic see one joint batch of (s, a) and (s', a'), so both halves
+  are normalised alike (the loss reads the first half, the target the second); the next action comes
+  from the actor with running statistics, as when acting; the actor's loss runs it on batch statistics and
+  reads the critic with running statistics;
+- clipped double-Q in the target: per sample, the member whose expected value is smallest provides the
+  whole next-state distribution; the actor maximises the members' mean expected value;
+- rewards are scaled by `ReturnNormalizer` (statistics updated in `add`), so v_min/v_max are in units of
+  the normalised return;
+- temperature: log_alpha follows the gradient of log_alpha * (log std_a - log target_action_std), where
+  log std_a is the batch mean over samples and action dimensions of the action-space log-std
+  (pre-tanh log-std + tanh log-Jacobian at the sample): alpha grows while the policy is narrower than the
+  target std and shrinks while it is wider;
+- one learning rate for actor, critic and temperature, held in a device tensor that the (captured) cycle
+  recomputes from a device step counter before every gradient step (capturable Adam reads it).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import math
+
+import torch
+from torch import Tensor
+
+from unilab.algos.base import OffPolicyLearner
+from unilab.algos.common import (
+    RepeatedNoise,
+    ReturnNormalizer,
+    categorical_projection,
+    repeat_length_probs,
+    warmup_cosine,
+)
+from unilab.algos.flashsac.networks import (
+    ActingPolicy,
+    Actor,
+    CategoricalCritic,
+    project_weights_,
+)
+from unilab.algos.replay import ReplayBuffer
+
+METRICS = ("critic_loss", "actor_loss", "alpha", "entropy", "q_mean", "action_std", "lr", "reward_scale")
+
+
+class FlashSACLearner(OffPolicyLearner):
+    def __init__(self, cfg, obs_dim: int, critic_obs_dim: int, action_dim: int, device: torch.device, seed: int):
+        super().__init__(cfg, obs_dim, critic_obs_dim, action_dim, device, seed)
+        if cfg.policy_delay < 1 or cfg.updates_per_step < cfg.policy_delay:
+            raise ValueError(
+                f"flashsac: policy_delay ({cfg.policy_delay}) must be >= 1 and <= updates_per_step "
+                f"({cfg.updates_per_step}), or the actor would never be trained"
+            )
+        if cfg.num_critics < 2:
+            raise ValueError(f"flashsac: num_critics must be >= 2 for clipped double-Q, got {cfg.num_critics}")
+        if not cfg.target_action_std > 0:
+            raise ValueError(f"flashsac: target_action_std must be positive, got {cfg.target_action_std}")
+        torch.manual_seed(seed)
+        dev = self.device
+        self.on_cuda = dev.type == "cuda"
+        self.use_graph = self.on_cuda and bool(cfg.cuda_graph)
+        self.bf16 = self.on_cuda and bool(cfg.bf16)
+
+        self.actor = Actor(
+            obs_dim, action_dim, cfg.actor_hidden_dim, cfg.actor_num_blocks, cfg.expansion,
+            cfg.batchnorm_momentum, cfg.log_std_min, cfg.log_std_max, init_std=cfg.target_action_std,
+        ).to(dev)
+        self.critic = CategoricalCritic(
+            critic_obs_dim, action_dim, cfg.num_critics, cfg.critic_hidden_dim, cfg.critic_num_blocks,
+            cfg.expansion, cfg.batchnorm_momentum, cfg.num_bins,
+        ).to(dev)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.support = torch.linspace(cfg.v_min, cfg.v_max, cfg.num_bins, device=dev)
+        self.reward_norm = ReturnNormalizer(
+            cfg.gamma, cfg.reward_norm_max_return, cfg.num_envs, enabled=cfg.reward_normalization
+        ).to(dev)
+        self.log_alpha = torch.nn.Parameter(torch.tensor(math.log(cfg.init_alpha), device=dev))
+        self.log_target_std = math.log(cfg.target_action_std)
+
+        decay_steps = cfg.lr_decay_steps or cfg.max_iterations * cfg.updates_per_step
+        self._schedule = {"init": cfg.lr_init, "peak": cfg.lr, "end": cfg.lr_end,
+                          "warmup_steps": cfg.lr_warmup_steps, "total_steps": decay_steps}
+        self.lr_step = torch.zeros((), device=dev)  # gradient steps taken, as the schedule counts them
+        self.lr = warmup_cosine(self.lr_step, **self._schedule)
+        # All three optimisers hold this very tensor as their lr. Tensor learning rates need capturable
+        # Adam on CUDA (graph or not); on the CPU the single-tensor Adam reads it eagerly.
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=self.lr, capturable=self.on_cuda)
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=self.lr, capturable=self.on_cuda)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=self.lr, capturable=self.on_cuda)
+
+        self.replay = ReplayBuffer(
+            cfg.replay_capacity,
+            {
+                "obs": ((obs_dim,), torch.float32),
+                "critic_obs": ((critic_obs_dim,), torch.float32),
+                "action": ((action_dim,), torch.float32),
+                "reward": ((), torch.float32),
+                "next_obs": ((obs_dim,), torch.float32),
+                "next_critic_obs": ((critic_obs_dim,), torch.float32),
+                "terminated": ((), torch.float32),
+            },
+            dev,
+        )
+        self.actor_schedule = [k % cfg.policy_delay == cfg.policy_delay - 1 for k in range(cfg.updates_per_step)]
+        self.num_updates = 0  # gradient steps taken, warm-up steps of the graph capture included
+        self._chunk = 0  # rows per add(), for ready()
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._graph_metrics: Tensor | None = None
+
+        self.acting = ActingPolicy(self.actor)
+        self.noise = RepeatedNoise(
+            repeat_length_probs(cfg.noise_repeat_max, cfg.noise_repeat, cfg.noise_repeat_exponent), dev
+        )
+        if self.on_cuda:
+            # Cross-stream ordering between publish_policy (learner stream) and act (acting stream).
+            self._published = torch.cuda.Event()
+            self._acted = torch.cuda.Event()
+        self.publish_policy()
+
+    # ------------------------------------------------------------------ data
+
+    def add(self, batch: dict[str, Tensor]) -> None:
+        n = batch["obs"].shape[0]
+        rows = {}
+        for key, (shape, dtype) in self.replay.spec.items():
+            rows[key] = batch[key].to(self.device, dtype).reshape(n, *shape)
+        self.replay.extend(rows)
+        # Observations need no normaliser here: both networks open with a BatchNorm layer.
+        self.reward_norm.update(rows["reward"], rows["terminated"])
+        self._chunk = n
+
+    def ready(self) -> bool:
+        return self.replay.size >= max(self.cfg.batch_size, self.cfg.learning_starts * self._chunk)
+
+    # ------------------------------------------------------------------ training
+
+    def _autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16, cache_enabled=False)
+
+    def _expected(self, logits: Tensor) -> Tensor:
+        return (logits.softmax(-1) * self.support).sum(-1)
+
+    def _step(self, update_actor: bool) -> dict[str, Tensor]:
+        cfg = self.cfg
+        self.lr.copy_(warmup_cosine(self.lr_step, **self._schedule))
+        self.lr_step.add_(1.0)
+        b = self.replay.sample(cfg.batch_size)
+        n = cfg.batch_size
+        reward = self.reward_norm.normalize(b["reward"])
+        alpha = self.log_alpha.detach().exp()
+        joint_obs = torch.cat([b["critic_obs"], b["next_critic_obs"]])
+
+        with torch.no_grad():
+            with self._autocast():
+                next_action, next_logp, _ = self.actor.sample(b["next_obs"])
+                target_logits = self.critic_target(joint_obs, torch.cat([b["action"], next_action]), True)[:, n:]
+            target_probs = target_logits.softmax(-1)  # (E, B, A)
+            lowest = (target_probs * self.support).sum(-1).argmin(0)  # (B,)
+            next_probs = target_probs.gather(0, lowest.view(1, -1, 1).expand(1, -1, target_probs.shape[-1]))[0]
+            discount = cfg.gamma * (1.0 - b["terminated"])
+            atoms = reward.unsqueeze(-1) + discount.unsqueeze(-1) * (self.support - alpha * next_logp.unsqueeze(-1))
+            target = categorical_projection(next_probs, atoms, self.support)
+
+        with self._autocast():
+            logits = self.critic(joint_obs, torch.cat([b["action"], next_action]), True)[:, :n]
+        log_probs = logits.log_softmax(-1)
+        critic_loss = -(target * log_probs).sum(-1).mean(-1).sum()  # cross-entropy, summed over members
+        self.critic_opt.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_opt.step()
+        with torch.no_grad():
+            project_weights_(self.critic)
+            torch._foreach_lerp_(list(self.critic_target.parameters()), list(self.critic.parameters()), cfg.tau)
+            project_weights_(self.critic_target)
+        out = {"critic_loss": critic_loss.detach(), "q_mean": (log_probs.detach().exp() * self.support).sum(-1).mean()}
+
+        if update_actor:
+            with self._autocast():
+                action, logp, action_log_std = self.actor.sample(b["obs"], batch_stats=True)
+                q = self._expected(self.critic(b["critic_obs"], action, False)).mean(0)
+            actor_loss = (alpha * logp - q).mean()
+            self.actor_opt.zero_grad(set_to_none=True)
+            actor_loss.backward(inputs=list(self.actor.parameters()))  # no gradients into the critic
+            self.actor_opt.step()
+            with torch.no_grad():
+                project_weights_(self.actor)
+
+            mean_log_std = action_log_std.detach().mean()
+            alpha_loss = self.log_alpha * (mean_log_std - self.log_target_std)
+            self.alpha_opt.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            self.alpha_opt.step()
+            out["actor_loss"] = actor_loss.detach()
+            out["entropy"] = -logp.detach().mean()
+            out["action_std"] = mean_log_std.exp()
+        return out
+
+    def _cycle(self) -> Tensor:
+        """All steps of one update; returns the metrics stacked in METRICS order."""
+        steps = [self._step(update_actor) for update_actor in self.actor_schedule]
+
+        def mean(key: str) -> Tensor:
+            return torch.stack([s[key] for s in steps if key in s]).mean()
+
+        return torch.stack([
+            mean("critic_loss"), mean("actor_loss"), self.log_alpha.detach().exp(), mean("entropy"),
+            mean("q_mean"), mean("action_std"), self.lr.clone(), self.reward_norm.divisor.clone(),
+        ])
+
+    def _capture(self) -> None:
+        stream = torch.cuda.current_stream(self.device)
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(stream)
+        # Warm-up on a side stream so that lazy state (optimiser moments, cuBLAS workspaces, autocast
+        # kernels) exists before capture. These cycles are real updates on real data.
+        with torch.cuda.stream(side):
+            for _ in range(self.cfg.cuda_graph_warmup):
+                self._cycle()
+                self.num_updates += len(self.actor_schedule)
+        stream.wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        # thread_local: an acting thread may keep issuing CUDA work while this thread captures.
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            self._graph_metrics = self._cycle()
+        self._graph = graph
+
+    def update(self) -> dict[str, Tensor]:
+        if not self.ready():
+            raise RuntimeError(f"flashsac: update() before ready() (replay holds {self.replay.size} samples)")
+        if self.use_graph:
+            if self._graph is None:
+                self._capture()
+            self._graph.replay()
+            metrics = self._graph_metrics.clone()  # the graph overwrites its output on the next replay
+        else:
+            metrics = self._cycle()
+        self.num_updates += len(self.actor_schedule)
+        return dict(zip(METRICS, metrics.unbind()))
+
+    # ------------------------------------------------------------------ acting
+
+    def publish_policy(self) -> None:
+        if self.on_cuda:
+            stream = torch.cuda.current_stream(self.device)
+            stream.wait_event(self._acted)  # don't overwrite weights an in-flight act() is reading
+            self.acting.publish_from(self.actor)
+            self._published.record(stream)
+        else:
+            self.acting.publish_from(self.actor)
+
+    @torch.no_grad()
+    def act(self, obs: Tensor, deterministic: bool = False) -> Tensor:
+        """Deterministic: tanh of the mean. Otherwise every env (row) reuses one noise sample for a random
+        number of calls (see `RepeatedNoise`); rows are assumed to be the same envs from call to call."""
+        if self.on_cuda:
+            torch.cuda.current_stream(self.device).wait_event(self._published)
+        noise = None if deterministic else self.noise(obs.shape[0], self.action_dim)
+        action = self.acting(obs, noise)
+        if self.on_cuda:
+            self._acted.record(torch.cuda.current_stream(self.device))
+        return action
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def state_dict(self) -> dict:
+        return {
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict(),
+            "critic_target": self.critic_target.state_dict(),
+            "reward_norm": self.reward_norm.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "lr_step": self.lr_step.clone(),
+            "actor_opt": _without_lr(self.actor_opt.state_dict()),
+            "critic_opt": _without_lr(self.critic_opt.state_dict()),
+            "alpha_opt": _without_lr(self.alpha_opt.state_dict()),
+            "num_updates": self.num_updates,
+        }
+
+    def load_state_dict(self, sd: dict) -> None:
+        # Module loads copy in place, so a captured graph would still see the new weights; the optimisers
+        # however get fresh state tensors, so the graph is dropped and re-captured on the next update().
+        self.actor.load_state_dict(sd["actor"])
+        self.critic.load_state_dict(sd["critic"])
+        self.critic_target.load_state_dict(sd["critic_target"])
+        self.reward_norm.load_state_dict(sd["reward_norm"])
+        with torch.no_grad():
+            self.log_alpha.copy_(sd["log_alpha"])
+            self.lr_step.copy_(sd["lr_step"])
+            self.lr.copy_(warmup_cosine(self.lr_step, **self._schedule))
+        for name in ("actor_opt", "critic_opt", "alpha_opt"):
+            saved = sd[name]
+            # A checkpoint written on another device carries its own `capturable` flag; use ours, and point
+            # every group back at the shared learning-rate tensor.
+            groups = [{**g, "capturable": self.on_cuda, "lr": self.lr} for g in saved["param_groups"]]
+            opt = getattr(self, name)
+            opt.load_state_dict({**saved, "param_groups": groups})
+            for group in opt.param_groups:
+                group["lr"] = self.lr
+        self.num_updates = int(sd["num_updates"])
+        self._graph = None
+        self._graph_metrics = None
+        self.publish_policy()
+
+    def export_onnx(self, path: str) -> None:
+        # torch's ONNX exporter (torch.export based since 2.9) needs both packages.
+        missing = [pkg for pkg in ("onnx", "onnxscript") if importlib.util.find_spec(pkg) is None]
+        if missing:
+            raise RuntimeError(
+                f"export_onnx needs the Python package(s) {', '.join(missing)}: pip install {' '.join(missing)}"
+            )
+        policy = copy.deepcopy(self.acting).cpu().float().eval()
+        example = torch.zeros(2, self.obs_dim)  # batch 2: torch.export specialises a batch of 1
+        torch.onnx.export(
+            policy,
+            (example,),
+            path,
+            input_names=["obs"],
+            output_names=["action"],
+            dynamic_shapes={"obs": {0: torch.export.Dim("batch")}},
+            external_data=False,
+        )
+
+
+def _without_lr(opt_state: dict) -> dict:
+    """Optimizer state with the learning rate left out: it is the shared schedule tensor, restored from
+    `lr_step` on load (saving the live tensor would alias it)."""
+    groups = [{k: v for k, v in g.items() if k != "lr"} for g in opt_state["param_groups"]]
+    return {**opt_state, "param_groups": groups}
