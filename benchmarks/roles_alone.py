@@ -65,8 +65,7 @@ def main() -> None:
     learner = make_learner(algo, env.obs_dim, env.critic_obs_dim, env.action_dim, device, seed=0)
 
     n = env.num_envs
-    fill = max(algo.batch_size * 4, n * 8)
-    for start in range(0, fill, n):
+    while not learner.ready():
         learner.add({
             "obs": torch.randn(n, env.obs_dim, device=device),
             "critic_obs": torch.randn(n, env.critic_obs_dim, device=device),
