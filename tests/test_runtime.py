@@ -88,6 +88,11 @@ def test_resume_continues_iterations_and_logs(finished_run):
     assert [r["iteration"] for r in rows] == list(range(26))
     assert summary(run)["iterations"] == 26
     assert (run / "segments" / "0" / "run_summary.json").exists()
+    assert "rew/track_lin_vel_xy" in rows[-1]  # the task's reward terms are forwarded per iteration
+    # From an earlier checkpoint: the rows logged after it are replaced, never duplicated.
+    done = train(log_dir, f"training.resume={run}/checkpoints/iter_0000010.pt", "algo.max_iterations=15")
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert [r["iteration"] for r in read_metrics(run)] == list(range(15))
 
 
 def test_collector_exception_stops_the_learner(tmp_path):
@@ -116,7 +121,8 @@ def test_learner_exception_ends_the_collector(tmp_path):
 def _start(log_dir: Path, *args: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "unilab.cli.train", *SMOKE, f"training.log_dir={log_dir}",
            "algo.max_iterations=100000", *args]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A session of its own, so a test can signal the whole process group.
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 def _wait_for_metrics(log_dir: Path, proc: subprocess.Popen, rows: int = 3, timeout: float = 300) -> Path:
@@ -131,18 +137,23 @@ def _wait_for_metrics(log_dir: Path, proc: subprocess.Popen, rows: int = 3, time
     raise AssertionError("no metrics in time")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_signal_stops_both_saves_and_marks_interrupted(tmp_path, sig):
+@pytest.mark.parametrize("sig, group", [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGTERM, True)])
+def test_signal_stops_both_saves_and_marks_interrupted(tmp_path, sig, group):
+    """Signal the launcher alone, or its whole process group (as timeout(1) and Slurm do)."""
     proc = _start(tmp_path)
     try:
         run = _wait_for_metrics(tmp_path, proc)
-        proc.send_signal(sig)
+        if group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
     assert proc.returncode == 130, err[-4000:]
     s = summary(run)
     assert s["status"] == "interrupted" and sig.name in s["cause"]
+    assert s["iterations"] and s["iterations"] >= 3  # the learner saved and reported where it stopped
     assert (run / "checkpoints" / "latest.pt").exists()
     rank = json.loads((run / "runtime_manifest.json").read_text())["ranks"][0]
     assert not pid_alive(rank["learner_pid"]) and not pid_alive(rank["collector_pid"])

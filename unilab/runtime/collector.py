@@ -34,7 +34,7 @@ def _run(spec: RoleSpec, mailbox: Mailbox, to_learner, to_launcher) -> None:
 
     from unilab.tasks import make_env
 
-    from .shared import CrossProcessEvent, Dims, make_slot, share
+    from .shared import MAX_TASK_METRICS, CrossProcessEvent, Dims, make_slot, share
     from .timing import Stamp
 
     device = torch.device(spec.device)
@@ -71,6 +71,7 @@ def _run(spec: RoleSpec, mailbox: Mailbox, to_learner, to_launcher) -> None:
     chunk = 0
     free = deque(range(len(slots)))
     backpressure = 0
+    task_names = None
     tick = 0
     timings: dict[str, float] = {}
     timeout = spec.stall_timeout_s
@@ -86,6 +87,7 @@ def _run(spec: RoleSpec, mailbox: Mailbox, to_learner, to_launcher) -> None:
         slot = slots[s]
         slot_free[s].wait()  # the learner has finished reading this slot
         slot["episode_stats"].zero_()
+        slot["task_metrics"].zero_()
         stamps = stamp_sets[chunk % len(stamp_sets)]
         wait_ms = 0.0
         for k in range(k_ticks):
@@ -116,11 +118,17 @@ def _run(spec: RoleSpec, mailbox: Mailbox, to_learner, to_launcher) -> None:
             slot["episode_stats"].add_(torch.stack([done.sum(), (ep_return * done).sum(), (ep_length * done).sum()]))
             ep_return.mul_(1.0 - done)
             ep_length.mul_(1.0 - done)
+            if task_names is None:
+                task_names = tuple(sorted(k for k in info if k.split("/")[0] in TASK_METRIC_GROUPS))
+                task_names = task_names[:MAX_TASK_METRICS]
+            if task_names:
+                values = torch.stack([info[k].float().mean() for k in task_names])
+                slot["task_metrics"][: len(task_names)].add_(values, alpha=1.0 / k_ticks)
             st[3].record()
             tick += 1
         slot_ready[s].record()
         timings.update(collector_wait_for_action_ms=wait_ms, ingress_backpressure=float(backpressure))
-        to_learner.put(("chunk", s, dict(timings)))
+        to_learner.put(("chunk", s, dict(timings), task_names or ()))
         chunk += 1
         if chunk >= 2:
             timings.update(_chunk_timings(stamp_sets[(chunk - 2) % len(stamp_sets)], timeout))
@@ -128,6 +136,7 @@ def _run(spec: RoleSpec, mailbox: Mailbox, to_learner, to_launcher) -> None:
             timings.update(_sim_checks(env, stamps, timeout, k_ticks))
 
 
+TASK_METRIC_GROUPS = ("rew", "term", "metrics")
 SIM_CHECK_EVERY = 25  # chunks between the (synchronising) backend timing read and overflow check
 
 

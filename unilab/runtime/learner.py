@@ -47,7 +47,7 @@ class LearnerLoop:
 
         from .checkpoint import load_checkpoint
         from .metrics import MetricsWriter
-        from .shared import CrossProcessEvent
+        from .shared import MAX_TASK_METRICS, CrossProcessEvent
         from .timing import Stamp
 
         self.torch = torch
@@ -85,7 +85,8 @@ class LearnerLoop:
         self.nan_guard = bool(spec.training["nan_guard"]["enabled"])
         self.nan_trips = 0
         self.trained_once = False
-        self.metrics = MetricsWriter(spec.run_dir, tensorboard=bool(spec.extra.get("tensorboard", True)))
+        self.metrics = MetricsWriter(spec.run_dir, start_iteration=self.iteration,
+                                     tensorboard=bool(spec.extra.get("tensorboard", True)))
         self.last_row: dict = {}
         cuda = device.type == "cuda"
         self.inf_stream = torch.cuda.Stream(device, priority=-1) if cuda else None
@@ -98,7 +99,7 @@ class LearnerLoop:
                        for _ in range(ring)]
         self.published = [Stamp(device) for _ in range(ring)]
         self.last_published = None
-        self.host_stats = [torch.zeros(8, pin_memory=cuda) for _ in range(ring)]
+        self.host_stats = [torch.zeros(8 + MAX_TASK_METRICS, pin_memory=cuda) for _ in range(ring)]
         self.pending: list[dict] = []
         self._flags = torch.tensor([[1.0, 0.0], [0.0, 0.0]], device=device)
         self._nan3 = torch.full((3,), float("nan"), device=device)
@@ -139,11 +140,12 @@ class LearnerLoop:
                         st["inf_end"].record(self.inf_stream)
                 self.to_collector.put(("act", tick))
                 tick += 1
-            _, s, collector_timings = self.mailbox.get("chunk", phase="waiting for the replay slot", timeout_s=timeout)
+            _, s, collector_timings, task_names = self.mailbox.get(
+                "chunk", phase="waiting for the replay slot", timeout_s=timeout)
             self._update_phase(s, st)
             self.env_steps += self.dims.num_envs * k_ticks
             self.pending.append({"iteration": self.iteration, "env_steps": self.env_steps, "wait_ms": wait_ms,
-                                 "collector": collector_timings, "t_iter": t_iter,
+                                 "collector": collector_timings, "t_iter": t_iter, "task_names": task_names,
                                  "replay_size": self.learner.replay.size})
             while len(self.pending) > self.lag:
                 self._log_oldest(timeout)
@@ -173,7 +175,7 @@ class LearnerLoop:
             st["train_start"].record(self.upd_stream)
             self.learner.add({k: slot[k] for k in ("obs", "critic_obs", "action", "reward", "next_obs",
                                                    "next_critic_obs", "terminated")})
-            stats = slot["episode_stats"].clone()
+            stats = torch.cat([slot["episode_stats"], slot["task_metrics"]])
             self.slot_free[s].record(self.upd_stream)
             self.to_collector.put(("free", s))
             losses = None
@@ -184,7 +186,7 @@ class LearnerLoop:
             host = self.host_stats[self.iteration % len(self.host_stats)]
             # Constant tensors live on the device already: a host->device copy here would sync.
             trained = self._flags[0] if losses is not None else self._flags[1]
-            packed = torch.cat([stats, losses if losses is not None else self._nan3, trained])
+            packed = torch.cat([stats[:3], losses if losses is not None else self._nan3, trained, stats[3:]])
             host.copy_(packed, non_blocking=True)
             st["train_end"].record(self.upd_stream)
 
@@ -195,7 +197,8 @@ class LearnerLoop:
         st = self.stamps[i % len(self.stamps)]
         st["train_end"].wait_done(timeout, "learner: update phase")
         stats = self.host_stats[i % len(self.host_stats)].tolist()
-        count, ret_sum, len_sum, critic_loss, actor_loss, alpha, trained, _ = stats
+        count, ret_sum, len_sum, critic_loss, actor_loss, alpha, trained, _ = stats[:8]
+        task_terms = dict(zip(p["task_names"], stats[8:]))
         # Wall time between the starts of consecutive iterations (the last one has no successor).
         nxt = self.pending[0]["t_iter"] if self.pending else None
         iteration_ms = 1e3 * (nxt - p["t_iter"]) if nxt is not None else None
@@ -219,6 +222,7 @@ class LearnerLoop:
             "alpha": alpha if trained else None,
             "nan_guard_trips": self.nan_trips,
             **p["collector"],
+            **task_terms,
         }
         self.last_row = self.metrics.write(i, p["env_steps"], values, max_iterations=self.max_iterations)
 

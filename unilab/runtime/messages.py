@@ -29,6 +29,16 @@ class ParentGone(RuntimeError):
     pass
 
 
+_terminate_requested = False
+
+
+def _on_sigterm(signum, frame) -> None:
+    # SIGTERM reaches the children too when a whole process group is signalled (timeout(1),
+    # Slurm) or when the launcher dies (PDEATHSIG): stop like the launcher would ask us to.
+    global _terminate_requested
+    _terminate_requested = True
+
+
 @dataclass
 class Mailbox:
     """One inbound queue; messages are (kind, *payload) tuples, kept per kind until asked for."""
@@ -40,14 +50,14 @@ class Mailbox:
     _pending: dict = field(default_factory=lambda: defaultdict(deque))
 
     def get(self, kind: str, *, phase: str, timeout_s: float) -> tuple:
+        if self._pending["stop"] or _terminate_requested or self.stop_event.is_set():
+            raise StopRequested()
         pending = self._pending[kind]
         if pending:
             return pending.popleft()
-        if self._pending["stop"]:
-            raise StopRequested()
         deadline = time.monotonic() + timeout_s
         while True:
-            if self.stop_event.is_set():
+            if self.stop_event.is_set() or _terminate_requested:
                 raise StopRequested()
             if os.getppid() != self.parent_pid:
                 raise ParentGone(f"{self.role}: the launching process is gone")
@@ -81,6 +91,7 @@ class Mailbox:
 def become_child(role: str) -> None:
     """Process-level setup of a learner or collector: exit with the launcher, leave Ctrl-C to it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher handles SIGINT and tells us to stop
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         import ctypes
 

@@ -41,14 +41,19 @@ def _clean(value):
 
 
 class MetricsWriter:
-    def __init__(self, run_dir: str | Path, *, tensorboard: bool = True, console_every_s: float = 2.0):
+    def __init__(self, run_dir: str | Path, *, start_iteration: int = 0, tensorboard: bool = True,
+                 console_every_s: float = 2.0):
         self.path = Path(run_dir) / METRICS_FILE
+        if start_iteration > 0:
+            _truncate_from(self.path, start_iteration)
         self._file = open(self.path, "a", buffering=1)
         self._tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"))
+            # purge_step: a resumed run rewrites the steps logged after its checkpoint.
+            self._tb = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"),
+                                     purge_step=start_iteration if start_iteration > 0 else None)
         self._console_every_s = console_every_s
         self._last_console = 0.0
 
@@ -77,7 +82,19 @@ class MetricsWriter:
             self._tb.close()
 
 
+def _truncate_from(path: Path, iteration: int) -> None:
+    """Drop rows logged after the checkpoint a run resumes from: they are about to be redone."""
+    if not path.exists():
+        return
+    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["iteration"] < iteration]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(line + "\n" for line in keep))
+    tmp.replace(path)
+
+
 def _tb_tag(key: str) -> str:
+    if "/" in key:  # task terms arrive already grouped (rew/..., metrics/...)
+        return key
     for prefix, group in (("learner_", "learner/"), ("collector_", "collector/"), ("episode_", "episode/")):
         if key.startswith(prefix):
             return group + key[len(prefix):]

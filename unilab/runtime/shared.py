@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+MAX_TASK_METRICS = 48  # per-chunk means of the env's rew/*, term/* and metrics/* terms
 SLOT_FIELDS = ("obs", "critic_obs", "action", "reward", "next_obs", "next_critic_obs", "terminated")
 
 
@@ -37,6 +38,7 @@ def make_slot(d: Dims, device: torch.device) -> dict[str, torch.Tensor]:
         "terminated": z(rows),
         # finished episodes in this chunk: count, sum of returns, sum of lengths
         "episode_stats": z(3),
+        "task_metrics": z(MAX_TASK_METRICS),
     }
     return slot
 
