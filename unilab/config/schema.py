@@ -45,6 +45,7 @@ class TrainingConfig(ExecutionConfig):
     log_dir: str = "runs"
     run_name: Optional[str] = None
     resume: Optional[str] = None
+    resume_refill_fraction: float = 0.25  # of replay capacity refilled before a resumed run updates
     env_steps_per_sync: int = 1
     no_play: bool = True
     export_onnx: bool = False

@@ -74,17 +74,25 @@ class LearnerLoop:
                                     spec.seed)
         self.iteration = spec.start_iteration
         self.env_steps = 0
+        self.trained_once = False
+        self.min_replay_to_update = 0
         if spec.resume_checkpoint:
             state = load_checkpoint(spec.resume_checkpoint, device)
             self.learner.load_state_dict(state["learner"])
             self.iteration = int(state["iteration"])
             self.env_steps = int(state["env_steps"])
+            # Act with the restored policy at once, but let the (empty) replay refill before updating:
+            # a few thousand fresh samples and a full update cycle would overfit and wreck the policy.
+            self.learner.publish_policy()
+            self.trained_once = True
+            fraction = float(spec.training.get("resume_refill_fraction", 0.25))
+            self.min_replay_to_update = int(self.learner.replay.capacity * fraction)
+        self.segment_start = self.iteration
         self.max_iterations = int(algo["max_iterations"])
         self.save_interval = int(algo["save_interval"])
         self.learning_starts = int(algo.get("learning_starts", 0))
         self.nan_guard = bool(spec.training["nan_guard"]["enabled"])
         self.nan_trips = 0
-        self.trained_once = False
         self.metrics = MetricsWriter(spec.run_dir, start_iteration=self.iteration,
                                      tensorboard=bool(spec.extra.get("tensorboard", True)))
         self.last_row: dict = {}
@@ -179,7 +187,8 @@ class LearnerLoop:
             self.slot_free[s].record(self.upd_stream)
             self.to_collector.put(("free", s))
             losses = None
-            if self.learner.ready() and self.iteration >= self.learning_starts:
+            if (self.learner.ready() and self.iteration - self.segment_start >= self.learning_starts
+                    and self.learner.replay.size >= self.min_replay_to_update):
                 out = self.learner.update()
                 losses = torch.stack([out["critic_loss"].float(), out["actor_loss"].float(), out["alpha"].float()])
                 self.trained_once = True
