@@ -203,3 +203,22 @@ def test_mps_attachment_failure_stops_the_run(tmp_path, monkeypatch, capsys, mps
     assert s["status"] == "failed" and "mps_clients_attached" in s["cause"]
     sharing = json.loads((run / "runtime_manifest.json").read_text())["cuda_process_sharing"]
     assert sharing["effective"] is None and not sharing["clients_verified"]
+
+
+def test_two_ranks_on_cpu_stay_in_sync(tmp_path):
+    """training.devices=[0,1] on the CPU: two learner/collector pairs, gradients averaged (gloo)."""
+    done = train(tmp_path, "task.num_envs=8", "training.devices=[0,1]", "algo.max_iterations=14",
+                 "algo.batch_size=64")
+    assert done.returncode == 0, done.stderr[-4000:]
+    run = only_run(tmp_path)
+    manifest = json.loads((run / "runtime_manifest.json").read_text())
+    assert manifest["world_size"] == 2
+    ranks = manifest["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert len({r["learner_pid"] for r in ranks} | {r["collector_pid"] for r in ranks}) == 4
+    assert len(read_metrics(run)) == 14 and len(read_metrics(run / "rank_1")) == 14
+    s = summary(run)
+    assert s["status"] == "completed"
+    assert any(r["critic_loss"] is not None for r in read_metrics(run / "rank_1"))
+    dp = s["data_parallel"]
+    assert dp["world_size"] == 2 and dp["actor_params_equal"] is True, dp

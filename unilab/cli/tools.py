@@ -1,4 +1,4 @@
-"""`unilab`: tools around training runs (evidence schema, config diff, motion clips)."""
+"""`unilab`: tools around training runs (evidence schema, config diff, motion clips, MPS daemon, benchmarks)."""
 
 from __future__ import annotations
 
@@ -64,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     synth = motsub.add_parser("synth", help="write a keyframed G1 clip (unilab motion synth --help)", add_help=False)
     synth.add_argument("rest", nargs=argparse.REMAINDER)
     synth.set_defaults(func=_motion_synth)
+
+    from unilab.bench.cli import add_bench_parser
+    from unilab.mpstool.cli import add_mps_parser
+
+    add_mps_parser(sub)
+    add_bench_parser(sub)
     return parser
 
 
@@ -71,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     raw = sys.argv[1:] if argv is None else list(argv)
     if raw[:2] == ["motion", "synth"]:  # the synth tool parses its own options
         code = _motion_synth(argparse.Namespace(rest=raw[2:]))
+    elif raw[:2] == ["mps", "doctor"]:  # train overrides, --algo X included, go through untouched
+        from unilab.mpstool.cli import doctor_main
+
+        code = doctor_main(raw[2:])
     else:
         args = build_parser().parse_args(raw)
         code = args.func(args)

@@ -30,6 +30,8 @@ class PreparedRun:
     config: dict[str, Any]
     manifest: RuntimeManifest
     resume_checkpoint: str | None = None
+    rank_devices: list[str] | None = None
+    rank_evidence: list[CudaProcessSharingEvidence] | None = None
 
 
 def execution_evidence(cfg: DictConfig) -> CudaProcessSharingEvidence:
@@ -42,21 +44,38 @@ def execution_evidence(cfg: DictConfig) -> CudaProcessSharingEvidence:
     return CudaProcessSharingEvidence.model_validate(data)
 
 
-def _check_devices(training: dict) -> None:
+def rank_devices(training: dict) -> list[str]:
+    """One device per rank: `training.devices` lists GPU indices (one rank each); on the CPU the
+    list only sets the number of ranks."""
     devices = training.get("devices")
+    device = str(training["device"])
     if not devices:
-        return
-    if len(devices) > 1:
-        raise ConfigError(
-            f"training.devices={devices}: data-parallel training over several GPUs is not available in this "
-            "build; use one device, e.g. training.devices=[0]"
-        )
+        return [device]
+    if len(set(devices)) != len(devices):
+        raise ConfigError(f"training.devices={devices}: a GPU may appear once (one rank per GPU)")
+    if device == "cpu":
+        return ["cpu"] * len(devices)
     wanted = f"cuda:{devices[0]}"
-    if str(training["device"]) not in (wanted, "cuda" if devices[0] == 0 else wanted):
+    if device not in (wanted, "cuda" if devices[0] == 0 else wanted):
         raise ConfigError(
-            f"training.devices={devices} but training.device={training['device']}: "
-            f"set training.device={wanted} (or drop training.devices)"
+            f"training.devices={devices} but training.device={device}: "
+            f"set training.device={wanted} (rank 0's device) or drop training.devices"
         )
+    return [f"cuda:{d}" for d in devices]
+
+
+def _rank_evidence(evidence: CudaProcessSharingEvidence, devices: list[str], timeout_s: float):
+    """The probe's evidence for every rank: under MPS each further rank's GPU is probed too."""
+    from unilab.execution import probe
+
+    out = [evidence]
+    for device in devices[1:]:
+        if evidence.configured == "mps":
+            out.append(probe.probe_cuda_process_sharing("mps", device, device, backend=evidence.backend,
+                                                        timeout_s=timeout_s))
+        else:
+            out.append(evidence.model_copy(update={"learner_device": device, "collector_device": device}))
+    return out
 
 
 def _resume_target(resume: str | None) -> tuple[Path | None, str | None]:
@@ -88,7 +107,8 @@ def _archive_segment(run_dir: Path) -> None:
 def prepare_run(cfg: DictConfig) -> PreparedRun:
     evidence = execution_evidence(cfg)
     config = resolved_config(cfg)
-    _check_devices(config["training"])
+    devices = rank_devices(config["training"])
+    per_rank = _rank_evidence(evidence, devices, float(config["training"]["mps_probe_timeout_s"]))
     resume_dir, checkpoint = _resume_target(config["training"].get("resume"))
     if resume_dir is not None:
         run_dir = resume_dir
@@ -101,7 +121,9 @@ def prepare_run(cfg: DictConfig) -> PreparedRun:
         algo=str(cfg.algo.name),
         task=str(cfg.task.name),
         backend=str(cfg.sim.backend),
+        world_size=len(devices),
         cuda_process_sharing=evidence,
     )
     manifest.write(run_dir)
-    return PreparedRun(run_dir=run_dir, config=config, manifest=manifest, resume_checkpoint=checkpoint)
+    return PreparedRun(run_dir=run_dir, config=config, manifest=manifest, resume_checkpoint=checkpoint,
+                       rank_devices=devices, rank_evidence=per_rank)

@@ -23,6 +23,7 @@ class RunSummary(BaseModel):
     wall_s: float
     exit_codes: dict[str, Optional[int]] = Field(default_factory=dict)
     final_metrics: dict[str, Any] = Field(default_factory=dict)
+    data_parallel: Optional[dict[str, Any]] = None
 
     def write(self, run_dir: str | Path) -> Path:
         return write_json_atomic(Path(run_dir) / SUMMARY_FILE, self.model_dump(mode="json"))

@@ -19,13 +19,13 @@ from .spec import RoleSpec, report_ready
 def collector_main(spec: RoleSpec, inbox, to_learner, to_launcher, stop_event) -> None:
     become_child("collector")
     try:
-        _run(spec, Mailbox("collector", inbox, stop_event), to_learner, to_launcher)
+        _run(spec, Mailbox(spec.name("collector"), inbox, stop_event), to_learner, to_launcher)
     except StopRequested:
         pass
     except BaseException:
-        to_launcher.put(("error", "collector", traceback.format_exc()))
+        to_launcher.put(("error", spec.name("collector"), traceback.format_exc()))
         raise SystemExit(1)
-    to_launcher.put(("exited", "collector"))
+    to_launcher.put(("exited", spec.name("collector")))
 
 
 def _run(spec: RoleSpec, mailbox: Mailbox, to_learner, to_launcher) -> None:
@@ -40,7 +40,7 @@ def _run(spec: RoleSpec, mailbox: Mailbox, to_learner, to_launcher) -> None:
     device = torch.device(spec.device)
     if device.type == "cpu":
         torch.set_num_threads(1)  # learner and collector share the cores; tiny ops lose to thread overhead
-    report_ready("collector", device, to_launcher)
+    report_ready(spec.name("collector"), device, to_launcher)
     torch.manual_seed(spec.seed)
     env = make_env(spec.config["task"], spec.config["sim"], str(device), spec.seed)
     k_ticks = int(spec.training["env_steps_per_sync"])

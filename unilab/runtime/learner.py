@@ -23,14 +23,15 @@ def learner_main(spec: RoleSpec, inbox, to_collector, to_launcher, stop_event, g
     become_child("learner")
     loop = None
     try:
-        loop = LearnerLoop(spec, Mailbox("learner", inbox, stop_event), to_collector, to_launcher, go_event)
+        loop = LearnerLoop(spec, Mailbox(spec.name("learner"), inbox, stop_event), to_collector, to_launcher,
+                           go_event)
         loop.run()
-        to_launcher.put(("finished", "learner", loop.summary("completed")))
+        to_launcher.put(("finished", spec.name("learner"), loop.summary("completed")))
     except StopRequested:
         # interrupted or a fault elsewhere: keep what was learned
-        to_launcher.put(("finished", "learner", loop.save_on_stop() if loop else {}))
+        to_launcher.put(("finished", spec.name("learner"), loop.save_on_stop() if loop else {}))
     except BaseException:
-        to_launcher.put(("error", "learner", traceback.format_exc()))
+        to_launcher.put(("error", spec.name("learner"), traceback.format_exc()))
         raise SystemExit(1)
     finally:
         to_collector.put(("stop",))
@@ -57,7 +58,9 @@ class LearnerLoop:
         self.device = device = torch.device(spec.device)
         if device.type == "cpu":
             torch.set_num_threads(1)  # learner and collector share the cores; tiny ops lose to thread overhead
-        report_ready("learner", device, to_launcher)
+        report_ready(spec.name("learner"), device, to_launcher)
+        if spec.world_size > 1:
+            _join_process_group(spec, device)
         torch.manual_seed(spec.seed)
         _, dims, self.obs_buf, self.act_buf, self.slots, handles = mailbox.get(
             "buffers", phase="startup: waiting for the collector's environment", timeout_s=spec.startup_timeout_s
@@ -93,7 +96,7 @@ class LearnerLoop:
         self.learning_starts = int(algo.get("learning_starts", 0))
         self.nan_guard = bool(spec.training["nan_guard"]["enabled"])
         self.nan_trips = 0
-        self.metrics = MetricsWriter(spec.run_dir, start_iteration=self.iteration,
+        self.metrics = MetricsWriter(spec.rank_dir, start_iteration=self.iteration,
                                      tensorboard=bool(spec.extra.get("tensorboard", True)))
         self.last_row: dict = {}
         cuda = device.type == "cuda"
@@ -163,7 +166,7 @@ class LearnerLoop:
         while self.pending:
             self._log_oldest(timeout)
         self.save()
-        if self.spec.training.get("export_onnx"):
+        if self.spec.training.get("export_onnx") and self.spec.rank == 0:
             self.learner.export_onnx(f"{self.spec.run_dir}/policy.onnx")
 
     def _update_phase(self, s: int, st: dict) -> None:
@@ -238,6 +241,8 @@ class LearnerLoop:
     def save(self) -> None:
         from .checkpoint import save_checkpoint
 
+        if self.spec.rank != 0:  # the ranks hold identical weights; rank 0 writes them
+            return
         if self.device.type == "cuda":
             self.torch.cuda.synchronize(self.device)
         save_checkpoint(self.spec.run_dir, self.iteration, self.env_steps, self.learner.state_dict())
@@ -247,11 +252,46 @@ class LearnerLoop:
         return self.summary("interrupted")
 
     def summary(self, status: str) -> dict:
-        return {"status": status, "iterations": self.iteration, "env_steps": self.env_steps,
-                "final_metrics": self.last_row}
+        out = {"status": status, "iterations": self.iteration, "env_steps": self.env_steps,
+               "final_metrics": self.last_row}
+        if self.spec.world_size > 1 and status == "completed":
+            out["data_parallel"] = self._check_ranks_in_sync()
+        return out
+
+    def _check_ranks_in_sync(self) -> dict:
+        """All ranks' actor parameters must be identical after training (gradients were averaged)."""
+        import torch.distributed as dist
+
+        torch = self.torch
+        flat = torch.cat([p.detach().reshape(-1).double() for p in self.learner.actor.parameters()])
+        gathered = [torch.empty_like(flat) for _ in range(self.spec.world_size)]
+        dist.all_gather(gathered, flat)
+        in_sync = all(torch.equal(gathered[0], g) for g in gathered[1:])
+        return {"world_size": self.spec.world_size, "actor_params_equal": bool(in_sync),
+                "actor_param_sums": [float(g.sum()) for g in gathered]}
 
     def close(self) -> None:
         self.metrics.close()
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _join_process_group(spec: RoleSpec, device) -> None:
+    """Learners of all ranks average their gradients through torch.distributed."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        backend="nccl" if device.type == "cuda" else "gloo",
+        init_method=f"tcp://127.0.0.1:{spec.dist_port}",
+        rank=spec.rank,
+        world_size=spec.world_size,
+        timeout=timedelta(seconds=spec.startup_timeout_s),
+        **({"device_id": device} if device.type == "cuda" else {}),
+    )
 
 
 class _attrs(dict):

@@ -43,6 +43,7 @@ def _clean(value):
 class MetricsWriter:
     def __init__(self, run_dir: str | Path, *, start_iteration: int = 0, tensorboard: bool = True,
                  console_every_s: float = 2.0):
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
         self.path = Path(run_dir) / METRICS_FILE
         if start_iteration > 0:
             _truncate_from(self.path, start_iteration)

@@ -18,7 +18,19 @@ class RoleSpec:
     stall_timeout_s: float = 120.0
     startup_timeout_s: float = 900.0
     replay_slots: int = 4
+    dist_port: int | None = None  # rendezvous of the learners' process group (world_size > 1)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def name(self, role: str) -> str:
+        """How the launcher and the logs call this process: `learner`, or `learner[1]` for rank 1."""
+        return role if self.world_size == 1 else f"{role}[{self.rank}]"
+
+    @property
+    def rank_dir(self) -> str:
+        """Where this rank writes metrics: the run directory for rank 0, rank_<r>/ below it otherwise."""
+        import os
+
+        return self.run_dir if self.rank == 0 else os.path.join(self.run_dir, f"rank_{self.rank}")
 
     @property
     def training(self) -> dict[str, Any]:
@@ -33,7 +45,7 @@ class RoleSpec:
         return int(self.training["seed"]) + 1000 * self.rank
 
 
-def report_ready(role: str, device, to_launcher) -> None:
+def report_ready(name: str, device, to_launcher) -> None:
     """Create this process's CUDA context, then tell the launcher which GPU it really sees."""
     import os
 
@@ -44,4 +56,4 @@ def report_ready(role: str, device, to_launcher) -> None:
         torch.cuda.set_device(device)
         torch.zeros(1, device=device)  # the context exists from here on
         uuid = "GPU-" + str(torch.cuda.get_device_properties(device).uuid)
-    to_launcher.put(("ready", role, os.getpid(), device.type, uuid))
+    to_launcher.put(("ready", name, os.getpid(), device.type, uuid))

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from unilab.algos.base import OffPolicyLearner
+from unilab.algos.distributed import GradAllReduce, broadcast_, dp_active
 from unilab.algos.fastsac.networks import ActingPolicy, Actor, TwinDistributionalCritic
 from unilab.algos.normalizer import RunningNormalizer
 from unilab.algos.replay import ReplayBuffer
@@ -79,6 +80,15 @@ class FastSACLearner(OffPolicyLearner):
         self.critic_opt = torch.optim.AdamW(self.critic.parameters(), cfg.critic_lr, **adamw)
         self.actor_opt = torch.optim.AdamW(self.actor.parameters(), cfg.actor_lr, **adamw)
         self.alpha_opt = torch.optim.AdamW([self.log_alpha], cfg.alpha_lr, **{**adamw, "weight_decay": 0.0})
+
+        # Data parallelism (one rank per GPU): start from rank 0's weights and average every gradient across
+        # ranks before its optimiser step (actor and log_alpha in one collective). None: a single rank.
+        self._critic_grad_sync: GradAllReduce | None = None
+        self._actor_grad_sync: GradAllReduce | None = None
+        if dp_active():
+            broadcast_(self.actor, self.critic, self.critic_target, self.log_alpha)
+            self._critic_grad_sync = GradAllReduce(self.critic.parameters())
+            self._actor_grad_sync = GradAllReduce([*self.actor.parameters(), self.log_alpha])
 
         self.replay = ReplayBuffer(
             cfg.replay_capacity,
@@ -155,6 +165,8 @@ class FastSACLearner(OffPolicyLearner):
         critic_loss = -(target * log_probs).sum(-1).mean(-1).sum()  # cross-entropy, summed over the twins
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
+        if self._critic_grad_sync is not None:
+            self._critic_grad_sync()
         self.critic_opt.step()
         with torch.no_grad():
             target_params = list(self.critic_target.parameters())
@@ -168,11 +180,14 @@ class FastSACLearner(OffPolicyLearner):
             actor_loss = (alpha * logp - q).mean()
             self.actor_opt.zero_grad(set_to_none=True)
             actor_loss.backward(inputs=list(self.actor.parameters()))  # no gradients into the critics
-            self.actor_opt.step()
-
+            # Both backward passes before either step (the temperature loss reads no actor weight), so that
+            # data parallelism averages actor and log_alpha gradients in one collective.
             alpha_loss = (self.log_alpha.exp() * (-logp.detach() - self.target_entropy)).mean()
             self.alpha_opt.zero_grad(set_to_none=True)
             alpha_loss.backward()
+            if self._actor_grad_sync is not None:
+                self._actor_grad_sync()
+            self.actor_opt.step()
             self.alpha_opt.step()
             out["actor_loss"] = actor_loss.detach()
             out["entropy"] = -logp.detach().mean()

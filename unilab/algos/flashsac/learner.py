@@ -40,6 +40,7 @@ from unilab.algos.common import (
     repeat_length_probs,
     warmup_cosine,
 )
+from unilab.algos.distributed import GradAllReduce, broadcast_, dp_active
 from unilab.algos.flashsac.networks import (
     ActingPolicy,
     Actor,
@@ -95,6 +96,16 @@ class FlashSACLearner(OffPolicyLearner):
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=self.lr, capturable=self.on_cuda)
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=self.lr, capturable=self.on_cuda)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=self.lr, capturable=self.on_cuda)
+
+        # Data parallelism (one rank per GPU): start from rank 0's weights and average every gradient across
+        # ranks before its optimiser step (actor and log_alpha in one collective). None: a single rank.
+        # BatchNorm running statistics stay per rank (each rank's own data), as the reward normaliser does.
+        self._critic_grad_sync: GradAllReduce | None = None
+        self._actor_grad_sync: GradAllReduce | None = None
+        if dp_active():
+            broadcast_(self.actor, self.critic, self.critic_target, self.log_alpha)
+            self._critic_grad_sync = GradAllReduce(self.critic.parameters())
+            self._actor_grad_sync = GradAllReduce([*self.actor.parameters(), self.log_alpha])
 
         self.replay = ReplayBuffer(
             cfg.replay_capacity,
@@ -175,6 +186,8 @@ class FlashSACLearner(OffPolicyLearner):
         critic_loss = -(target * log_probs).sum(-1).mean(-1).sum()  # cross-entropy, summed over members
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
+        if self._critic_grad_sync is not None:
+            self._critic_grad_sync()
         self.critic_opt.step()
         with torch.no_grad():
             project_weights_(self.critic)
@@ -189,14 +202,17 @@ class FlashSACLearner(OffPolicyLearner):
             actor_loss = (alpha * logp - q).mean()
             self.actor_opt.zero_grad(set_to_none=True)
             actor_loss.backward(inputs=list(self.actor.parameters()))  # no gradients into the critic
-            self.actor_opt.step()
-            with torch.no_grad():
-                project_weights_(self.actor)
-
+            # Both backward passes before either step (the temperature loss reads no actor weight), so that
+            # data parallelism averages actor and log_alpha gradients in one collective.
             mean_log_std = action_log_std.detach().mean()
             alpha_loss = self.log_alpha * (mean_log_std - self.log_target_std)
             self.alpha_opt.zero_grad(set_to_none=True)
             alpha_loss.backward()
+            if self._actor_grad_sync is not None:
+                self._actor_grad_sync()
+            self.actor_opt.step()
+            with torch.no_grad():
+                project_weights_(self.actor)
             self.alpha_opt.step()
             out["actor_loss"] = actor_loss.detach()
             out["entropy"] = -logp.detach().mean()

@@ -1,0 +1,1 @@
+"""Benchmark tooling: `unilab bench extract` (one run) and `unilab bench compare` (the MPS A/B gate)."""

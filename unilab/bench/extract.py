@@ -1,0 +1,153 @@
+"""One run directory -> the numbers a benchmark reports: per-iteration means over a window, evidence, status.
+
+The window matches conf/bench/offpolicy_gate.yaml: the first 50 iterations are warm-up (kernel
+compilation, replay fill) and ignored; the last 100 are reported.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from unilab.evidence.manifest import MANIFEST_FILE
+from unilab.evidence.run_config import RUN_CONFIG_FILE
+from unilab.launcher.summary import SUMMARY_FILE
+from unilab.runtime.metrics import METRICS_FILE
+
+DEFAULT_SKIP_FIRST = 50
+DEFAULT_LAST = 100
+
+TIMING_KEYS = (
+    "iteration_ms",
+    "env_steps_per_s",
+    "learner_train_ms",
+    "learner_wait_for_collector_ms",
+    "learner_inference_ms",
+    "collector_env_step_ms",
+    "collector_backend_step_ms",
+    "collector_replay_write_ms",
+    "collector_wait_for_action_ms",
+)
+COUNTER_KEYS = ("ingress_backpressure", "nan_guard_trips")  # cumulative: the run's last value is the count
+RUN_FILES = (METRICS_FILE, MANIFEST_FILE, SUMMARY_FILE, RUN_CONFIG_FILE)
+
+
+class RunError(ValueError):
+    """A run directory that cannot be measured (missing files, too few iterations)."""
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise RunError(f"{path}: not valid JSON ({exc})") from exc
+
+
+def _rows(path: Path) -> list[dict]:
+    lines = path.read_text().splitlines()
+    by_iteration: dict[int, dict] = {}
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            by_iteration[int(row["iteration"])] = row  # a resumed run repeats iterations: the latest counts
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            if n == len(lines):  # a run killed mid-write leaves half a last line
+                break
+            raise RunError(f"{path}:{n}: not a metrics row") from None
+    return [by_iteration[i] for i in sorted(by_iteration)]
+
+
+def _stats(values: list[float]) -> dict[str, Any]:
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    if not values:
+        return {"mean": None, "std": None, "n": 0}
+    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "n": len(values)}
+
+
+def extract(run: str | Path, *, last: int = DEFAULT_LAST, skip_first: int = DEFAULT_SKIP_FIRST,
+            allow_short: bool = False) -> dict[str, Any]:
+    """`allow_short`: measure whatever a too-short run has (used for runs that did not complete)."""
+    run = Path(run)
+    if not run.is_dir():
+        raise RunError(f"{run}: no such run directory")
+    missing = [name for name in RUN_FILES if not (run / name).is_file()]
+    if missing:
+        hint = " (the run has not finished, or was killed before writing its summary)" if missing == [SUMMARY_FILE] \
+            else ""
+        raise RunError(f"{run}: not a complete unilab run, missing {', '.join(missing)}{hint}")
+    summary = _read_json(run / SUMMARY_FILE)
+    manifest = _read_json(run / MANIFEST_FILE)
+    config = _read_json(run / RUN_CONFIG_FILE)
+    rows = _rows(run / METRICS_FILE)
+    after_warmup = rows[skip_first:]
+    if len(after_warmup) < last and not allow_short:
+        raise RunError(f"{run}: {len(rows)} iterations in {METRICS_FILE}; {skip_first} skipped + {last} reported "
+                       f"need {skip_first + last} (status {summary.get('status')}); lower --skip-first/--last")
+    window = after_warmup[-last:] if last > 0 else []
+    metrics = {key: _stats([row.get(key) for row in window]) for key in (*TIMING_KEYS, *COUNTER_KEYS)}
+    for key in COUNTER_KEYS:
+        values = [row.get(key) for row in rows if row.get(key) is not None]
+        metrics[key]["last"] = values[-1] if values else None
+    sharing = manifest.get("cuda_process_sharing") or {}
+    return {
+        "run": str(run),
+        "name": run.name,
+        "status": summary.get("status"),
+        "cause": summary.get("cause"),
+        "algo": (config.get("algo") or {}).get("name") or manifest.get("algo"),
+        "task": (config.get("task") or {}).get("name") or manifest.get("task"),
+        "seed": (config.get("training") or {}).get("seed"),
+        "config": config,
+        "evidence": {
+            "configured": sharing.get("configured"),
+            "effective": sharing.get("effective"),
+            "validated": sharing.get("validated"),
+            "clients_verified": sharing.get("clients_verified"),
+            "client_pids": sharing.get("client_pids") or {},
+            "server_pid": sharing.get("server_pid"),
+            "daemon_reachable": sharing.get("daemon_reachable"),
+            "gpu_uuid": sharing.get("gpu_uuid"),
+            "gpu_name": sharing.get("gpu_name"),
+            "compute_mode": sharing.get("compute_mode"),
+            "ranks": [{"rank": r.get("rank"), "effective": r["cuda_process_sharing"].get("effective"),
+                       "client_pids": r["cuda_process_sharing"].get("client_pids") or {}}
+                      for r in manifest.get("ranks") or [] if r.get("cuda_process_sharing")],
+        },
+        "window": {
+            "skip_first": skip_first,
+            "last": last,
+            "iterations_total": len(rows),
+            "n": len(window),
+            "first_iteration": window[0]["iteration"] if window else None,
+            "last_iteration": window[-1]["iteration"] if window else None,
+        },
+        "metrics": metrics,
+    }
+
+
+def render(result: dict[str, Any]) -> str:
+    ev, win = result["evidence"], result["window"]
+    clients = ", ".join(f"{role} {pid}" for role, pid in ev["client_pids"].items()) or "none"
+    lines = [
+        f"run      {result['run']}",
+        f"status   {result['status']}" + (f" ({result['cause']})" if result["cause"] else ""),
+        f"algo     {result['algo']}  task {result['task']}  seed {result['seed']}",
+        f"mode     configured {ev['configured']}, effective {ev['effective']}; clients {clients}; "
+        f"server {ev['server_pid']}",
+        f"window   iterations {win['first_iteration']}..{win['last_iteration']} ({win['n']} of "
+        f"{win['iterations_total']}; first {win['skip_first']} skipped)",
+        "",
+        f"{'metric':<32}{'mean':>14}{'std':>12}{'n':>6}",
+    ]
+    for key, s in result["metrics"].items():
+        mean = "-" if s["mean"] is None else f"{s['mean']:.3f}"
+        std = "-" if s["std"] is None else f"{s['std']:.3f}"
+        extra = f"   last {s['last']:g}" if s.get("last") is not None else ""
+        lines.append(f"{key:<32}{mean:>14}{std:>12}{s['n']:>6}{extra}")
+    return "\n".join(lines)

@@ -1,0 +1,115 @@
+"""`unilab mps ...` subcommands (argparse wiring; the work is done in the sibling modules)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import MpsToolError
+from .host import ToolHost
+
+make_host = ToolHost  # tests replace this with a ToolHost of fakes
+
+
+def _start(args) -> int:
+    from .daemon import StartOptions, start
+
+    return start(make_host(), StartOptions(gpu=args.gpu, pipe_dir=args.pipe_dir, log_dir=args.log_dir,
+                                           foreground=args.foreground, exclusive=args.exclusive,
+                                           timeout_s=args.timeout))
+
+
+def _stop(args) -> int:
+    from .daemon import stop
+
+    return stop(make_host(), args.gpu, args.pipe_dir, args.timeout)
+
+
+def _status(args) -> int:
+    from .status import collect, render
+
+    entries = collect(make_host())
+    print(json.dumps(entries, indent=2) if args.json else render(entries))
+    return 0
+
+
+def _env(args) -> int:
+    from .layout import select_state
+
+    host = make_host()
+    _, state = select_state(host.env, host.euid(), args.gpu, args.pipe_dir)
+    if host.start_time(state.daemon_pid) != state.daemon_start_time:
+        raise MpsToolError(f"unilab mps: the daemon recorded for {state.pipe_dir} (pid {state.daemon_pid}) is not "
+                           "running any more; start one with `unilab mps start`")
+    print("\n".join(state.exports()))
+    return 0
+
+
+def doctor_main(argv: list[str]) -> int:
+    if argv[:1] in (["-h"], ["--help"]):
+        print("usage: unilab mps doctor [train overrides ...]\n\n"
+              "Runs the execution probe of `train` for the composed config (e.g. +execution=mps) without\n"
+              "creating anything: prints the evidence JSON (exit 0) or train's diagnostic (exit 2).")
+        return 0
+    from .doctor import doctor
+
+    return doctor(argv)
+
+
+def _doctor(args) -> int:
+    return doctor_main(args.overrides)
+
+
+def _which(parser: argparse.ArgumentParser, pipe_dir: bool = True) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--gpu", metavar="UUID|INDEX", help="GPU by NVML index or (prefix of) UUID")
+    if pipe_dir:
+        group.add_argument("--pipe-dir", metavar="D", help="the daemon's pipe directory")
+
+
+def add_mps_parser(sub) -> None:
+    mps = sub.add_parser("mps", help="start/stop/inspect a user-owned CUDA MPS control daemon; run the probe")
+    msub = mps.add_subparsers(dest="action", required=True)
+
+    start = msub.add_parser("start", help="start a control daemon in user-owned 0700 directories and print exports")
+    start.add_argument("--gpu", metavar="UUID|INDEX", help="default: CUDA's device 0 (honours CUDA_VISIBLE_DEVICES)")
+    start.add_argument("--pipe-dir", metavar="D",
+                       help="default: $XDG_RUNTIME_DIR/unilab-mps/<uuid>/pipe (else /tmp/unilab-mps-$UID/<uuid>/pipe)")
+    start.add_argument("--log-dir", metavar="D", help="default: log/ beside the pipe directory")
+    start.add_argument("--foreground", action="store_true", help="run in the foreground until Ctrl-C, then quit it")
+    start.add_argument("--exclusive", action="store_true",
+                       help="set compute mode EXCLUSIVE_PROCESS (root; restored by stop)")
+    start.add_argument("--timeout", type=float, default=10.0, metavar="S", help="wait for the daemon (default 10)")
+    start.set_defaults(func=_guarded(_start))
+
+    stop = msub.add_parser("stop", help="quit a daemon started by `unilab mps start` (and only such a daemon)")
+    _which(stop)
+    stop.add_argument("--timeout", type=float, default=10.0, metavar="S", help="wait for it to exit (default 10)")
+    stop.set_defaults(func=_guarded(_stop))
+
+    status = msub.add_parser("status", help="read-only: known daemons, their servers and clients")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(func=_guarded(_status))
+
+    doctor = msub.add_parser("doctor", help="run train's execution probe for a config (unilab mps doctor --help)",
+                             add_help=False)
+    doctor.add_argument("overrides", nargs=argparse.REMAINDER)
+    doctor.set_defaults(func=_guarded(_doctor))
+
+    env = msub.add_parser("env", help="print the export lines for a daemon started by `unilab mps start`")
+    _which(env)
+    env.set_defaults(func=_guarded(_env))
+
+
+def _guarded(func):
+    """MpsToolError becomes its message on stderr and its exit status."""
+
+    def handler(args) -> int:
+        try:
+            return func(args)
+        except MpsToolError as exc:
+            print(exc, file=sys.stderr)
+            return exc.code
+
+    return handler

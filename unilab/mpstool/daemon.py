@@ -1,0 +1,286 @@
+"""`unilab mps start` / `stop`: a control daemon in user-owned directories, recorded so that only it is stopped."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from unilab.execution.mps_control import (
+    CONTROL_BINARY,
+    DAEMON_PID_FILE,
+    ControlBinaryMissing,
+    DaemonNoAnswer,
+    PipeDirectory,
+    daemon_pid,
+    is_socket,
+)
+
+from .errors import MpsToolError
+from .host import NVIDIA_SMI, ToolHost, resolve_gpu
+from .layout import Layout, MpsState, layout_for, prepare_dirs, read_state, select_state
+
+START_LOG = "unilab-mps-start.log"  # output of `nvidia-cuda-mps-control -d` (never a pipe: the daemon may keep it)
+POLL_S = 0.1
+
+
+@dataclass
+class StartOptions:
+    gpu: str | None = None
+    pipe_dir: str | None = None
+    log_dir: str | None = None
+    foreground: bool = False
+    exclusive: bool = False
+    timeout_s: float = 10.0
+
+
+def start(host: ToolHost, opts: StartOptions) -> int:
+    binary = host.find(CONTROL_BINARY)
+    if binary is None:
+        raise MpsToolError(f"unilab mps: '{CONTROL_BINARY}' is not on PATH (it ships with the NVIDIA driver utilities)")
+    if opts.exclusive:
+        _check_can_set_compute_mode(host)
+    gpu = resolve_gpu(host, opts.gpu)
+    uid = host.euid()
+    layout = layout_for(host.env, uid, gpu.uuid, opts.pipe_dir, opts.log_dir)
+    prepare_dirs(layout, uid)
+    _refuse_live_or_clean(host, layout)
+
+    mode_set = False
+    previous_mode = resolve_gpu(host, gpu.uuid).compute_mode  # after the clean-up, which may have restored it
+    if opts.exclusive and previous_mode != "EXCLUSIVE_PROCESS":
+        _set_compute_mode(host, gpu.uuid, "EXCLUSIVE_PROCESS")
+        mode_set = True
+    env = {**host.env, "CUDA_MPS_PIPE_DIRECTORY": str(layout.pipe_dir),
+           "CUDA_MPS_LOG_DIRECTORY": str(layout.log_dir), "CUDA_VISIBLE_DEVICES": gpu.uuid}
+    try:
+        proc, pid, start_time = _launch(host, binary, env, layout, opts)
+    except BaseException:
+        if mode_set:
+            _restore_compute_mode(host, gpu.uuid, previous_mode, quiet=True)
+        raise
+    state = MpsState(gpu_uuid=gpu.uuid, gpu_index=gpu.index, gpu_name=gpu.name, pipe_dir=str(layout.pipe_dir),
+                     log_dir=str(layout.log_dir), daemon_pid=pid, daemon_start_time=start_time,
+                     foreground=opts.foreground, compute_mode_set=mode_set,
+                     previous_compute_mode=previous_mode if mode_set else None, binary=binary, uid=uid,
+                     started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    state.write(layout.state_file)
+    print(f"unilab mps: control daemon pid {pid} for {gpu.uuid} ({gpu.name}); pipe {layout.pipe_dir}, "
+          f"log {layout.log_dir}" + ("; compute mode EXCLUSIVE_PROCESS" if opts.exclusive else ""), file=sys.stderr)
+    print("\n".join(state.exports()), flush=True)
+    if not opts.foreground:
+        print("unilab mps: stop it with `unilab mps stop" + _where(opts) + "`", file=sys.stderr)
+        return 0
+    return _run_foreground(host, proc, layout, state, opts.timeout_s)
+
+
+def _launch(host: ToolHost, binary: str, env: dict, layout: Layout, opts: StartOptions):
+    """(foreground child or None, daemon pid, its start time), once the daemon answers get_server_list."""
+    proc = None
+    try:
+        deadline = host.clock() + opts.timeout_s
+        if opts.foreground:
+            # Own session: Ctrl-C reaches this process only, which then quits the daemon cleanly.
+            proc = subprocess.Popen([binary, "-f"], env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+        else:
+            _daemonize(binary, env, layout, opts.timeout_s)
+        pid = _wait_until_answers(host, layout, deadline, proc, opts.timeout_s)
+        start_time = host.start_time(pid)
+        if start_time is None:
+            raise MpsToolError(f"unilab mps: the daemon (pid {pid}) answered but is gone already; see "
+                               f"{layout.log_dir}/control.log")
+    except BaseException:
+        if proc is not None:
+            _end_child(proc)
+        raise
+    return proc, pid, start_time
+
+
+def _where(opts) -> str:
+    if opts.pipe_dir:
+        return f" --pipe-dir {shlex.quote(opts.pipe_dir)}"
+    return f" --gpu {opts.gpu}" if opts.gpu else ""
+
+
+def _check_can_set_compute_mode(host: ToolHost) -> None:
+    if not host.is_root():
+        raise MpsToolError("unilab mps: --exclusive sets the GPU's compute mode (nvidia-smi -c EXCLUSIVE_PROCESS), "
+                           "which needs root.\n  run it as root (sudo unilab mps start --exclusive ...), "
+                           "or start without --exclusive (compute mode DEFAULT works with MPS)")
+    if host.find(NVIDIA_SMI) is None:
+        raise MpsToolError(f"unilab mps: --exclusive needs '{NVIDIA_SMI}', which is not on PATH")
+
+
+def _set_compute_mode(host: ToolHost, uuid: str, mode: str) -> None:
+    argv = [host.find(NVIDIA_SMI) or NVIDIA_SMI, "-i", uuid, "-c", mode]
+    try:
+        done = subprocess.run(argv, env=dict(host.env), capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise MpsToolError(f"unilab mps: `{shlex.join(argv)}` failed: {exc}") from exc
+    if done.returncode != 0:
+        detail = (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"
+        raise MpsToolError(f"unilab mps: `{shlex.join(argv)}` failed: {detail}")
+
+
+def _restore_compute_mode(host: ToolHost, uuid: str, mode: str | None, quiet: bool = False) -> None:
+    try:
+        _set_compute_mode(host, uuid, mode or "DEFAULT")
+    except MpsToolError:
+        if not quiet:
+            raise
+        print(f"unilab mps: could not restore the compute mode; run: sudo nvidia-smi -i {uuid} -c {mode or 'DEFAULT'}",
+              file=sys.stderr)
+
+
+def _answers(host: ToolHost, pipe_dir: Path, timeout_s: float) -> bool:
+    try:
+        host.control(pipe_dir, timeout_s).server_pids()
+        return True
+    except (ControlBinaryMissing, DaemonNoAnswer):
+        return False
+
+
+def _alive(host: ToolHost, state: MpsState) -> bool:
+    return host.start_time(state.daemon_pid) == state.daemon_start_time
+
+
+def _refuse_live_or_clean(host: ToolHost, layout: Layout) -> None:
+    state = read_state(layout.state_file)
+    if state is not None and _alive(host, state):
+        raise MpsToolError(f"unilab mps: a daemon started by unilab mps (pid {state.daemon_pid}) is running at "
+                           f"{state.pipe_dir}; stop it first:  unilab mps stop --pipe-dir {shlex.quote(state.pipe_dir)}")
+    if os.path.lexists(layout.control):
+        if is_socket(str(layout.control)) and _answers(host, layout.pipe_dir, 2.0):
+            how = (f"unilab mps stop --pipe-dir {shlex.quote(str(layout.pipe_dir))}" if state is not None else
+                   f"echo quit | CUDA_MPS_PIPE_DIRECTORY={shlex.quote(str(layout.pipe_dir))} {CONTROL_BINARY}"
+                   "    # not started by unilab mps, so `unilab mps stop` will not stop it")
+            raise MpsToolError(f"unilab mps: an MPS control daemon already answers at {layout.pipe_dir}; "
+                               f"use it (unilab mps env) or stop it first:\n  {how}")
+        print(f"unilab mps: removing the stale control pipe {layout.control} (nothing answers there)", file=sys.stderr)
+        layout.control.unlink()
+        (layout.pipe_dir / DAEMON_PID_FILE).unlink(missing_ok=True)
+    if state is not None:  # its daemon is gone: finish what its stop would have done
+        _finish(host, layout.state_file, state)
+
+
+def _daemonize(binary: str, env: dict, layout: Layout, timeout_s: float) -> None:
+    log = layout.log_dir / START_LOG
+    with open(log, "ab") as out:
+        try:
+            done = subprocess.run([binary, "-d"], env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                  timeout=timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            raise MpsToolError(f"unilab mps: `{CONTROL_BINARY} -d` did not return within {timeout_s:g} s; "
+                               f"see {log}") from exc
+    if done.returncode != 0:
+        tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+        raise MpsToolError(f"unilab mps: `{CONTROL_BINARY} -d` failed (exit status {done.returncode}):\n"
+                           + "\n".join(f"  {line}" for line in tail))
+
+
+def _wait_until_answers(host: ToolHost, layout: Layout, deadline: float, proc, timeout_s: float) -> int:
+    last = "no control pipe yet"
+    while True:
+        if proc is not None and proc.poll() is not None:
+            raise MpsToolError(f"unilab mps: `{CONTROL_BINARY} -f` exited with status {proc.returncode}; "
+                               f"see {layout.log_dir}/control.log")
+        if is_socket(str(layout.control)):
+            try:
+                host.control(layout.pipe_dir, max(0.5, min(2.0, deadline - host.clock()))).server_pids()
+                pid = proc.pid if proc is not None else host.daemon_pid(layout.pipe_dir)
+                if pid is not None:
+                    return pid
+                last = f"it answers but wrote no {DAEMON_PID_FILE}"
+            except (ControlBinaryMissing, DaemonNoAnswer) as exc:
+                last = str(exc)
+        if host.clock() >= deadline:
+            raise MpsToolError(f"unilab mps: the control daemon did not answer get_server_list within {timeout_s:g} s "
+                               f"({last}); see {layout.log_dir}/control.log (and `unilab mps status`, in case it "
+                               "started late)")
+        host.sleep(POLL_S)
+
+
+def _end_child(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+def _run_foreground(host: ToolHost, proc: subprocess.Popen, layout: Layout, state: MpsState, timeout_s: float) -> int:
+    print("unilab mps: running in the foreground; Ctrl-C quits the daemon", file=sys.stderr)
+    try:  # SIGTERM quits cleanly too
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    except ValueError:  # not the main thread
+        previous = None
+    try:
+        code = proc.wait()
+        print(f"unilab mps: the daemon exited by itself (status {code})", file=sys.stderr)
+    except KeyboardInterrupt:
+        code = None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    if code is None:
+        try:
+            _quit_and_wait(host, state, timeout_s)
+        except MpsToolError as exc:
+            print(exc, file=sys.stderr)
+            _end_child(proc)
+        proc.wait()
+    _finish(host, layout.state_file, state)
+    return 0
+
+
+def stop(host: ToolHost, gpu: str | None, pipe_dir: str | None, timeout_s: float = 10.0) -> int:
+    path, state = select_state(host.env, host.euid(), gpu, pipe_dir)
+    now = host.start_time(state.daemon_pid)
+    if now is None:
+        print(f"unilab mps: the daemon recorded in {path} (pid {state.daemon_pid}) is not running any more; "
+              "removing the record", file=sys.stderr)
+        _finish(host, path, state)
+        return 0
+    if now != state.daemon_start_time:
+        raise MpsToolError(
+            f"unilab mps: pid {state.daemon_pid} is not the daemon unilab started (its start time differs from the "
+            f"one recorded in {path}: the pid was reused); refusing to stop it.\n"
+            f"  the recorded daemon is gone: remove the record with  rm {shlex.quote(str(path))}")
+    current = daemon_pid(PipeDirectory(state.pipe_dir, "env"))
+    if current is not None and current != state.daemon_pid:
+        raise MpsToolError(f"unilab mps: {state.pipe_dir} is served by pid {current}, not by the daemon unilab "
+                           f"started (pid {state.daemon_pid}); refusing to stop it")
+    _quit_and_wait(host, state, timeout_s)
+    _finish(host, path, state)
+    print(f"unilab mps: stopped the control daemon pid {state.daemon_pid} ({state.pipe_dir})", file=sys.stderr)
+    return 0
+
+
+def _quit_and_wait(host: ToolHost, state: MpsState, timeout_s: float) -> None:
+    control = Path(state.pipe_dir) / "control"
+    if is_socket(str(control)):  # absent: a previous quit is in progress, just wait
+        try:
+            host.control(state.pipe_dir, min(timeout_s, 5.0)).ask("quit")
+        except (ControlBinaryMissing, DaemonNoAnswer) as exc:
+            raise MpsToolError(f"unilab mps: the daemon (pid {state.daemon_pid}) did not take `quit`: {exc}\n"
+                               f"  if it is wedged: kill {state.daemon_pid}") from exc
+    deadline = host.clock() + timeout_s
+    while _alive(host, state):
+        if host.clock() >= deadline:
+            raise MpsToolError(
+                f"unilab mps: the daemon (pid {state.daemon_pid}) is still running {timeout_s:g} s after `quit`: it "
+                "waits for its MPS clients to exit (`unilab mps status` lists them); stop them and run stop again")
+        host.sleep(POLL_S)
+
+
+def _finish(host: ToolHost, path: Path, state: MpsState) -> None:
+    """After the daemon is gone: restore the compute mode we changed, then drop the record."""
+    if state.compute_mode_set:
+        _restore_compute_mode(host, state.gpu_uuid, state.previous_compute_mode)
+    path.unlink(missing_ok=True)

@@ -1,0 +1,93 @@
+"""What `unilab mps` reads from and does to the host; tests substitute fakes here (like HostFacts)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping
+
+from unilab.execution.mps_control import DAEMON_PID_FILE, MpsControl, PipeDirectory
+from unilab.execution.nvml import GpuInfo, MigEntry, NvmlReader, NvmlUnavailable, SystemNvml, visible_devices
+
+from .errors import MpsToolError
+
+NVIDIA_SMI = "nvidia-smi"
+
+
+@dataclass
+class ToolHost:
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    nvml: NvmlReader = field(default_factory=lambda: SystemNvml())
+    which: Callable[..., str | None] = shutil.which
+    euid: Callable[[], int] = os.geteuid  # owner of the directories it creates
+    is_root: Callable[[], bool] = lambda: os.geteuid() == 0  # may change the compute mode
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    proc: Path = Path("/proc")
+
+    def find(self, name: str) -> str | None:
+        return self.which(name, path=self.env.get("PATH", os.defpath))
+
+    def control(self, pipe_dir: str | os.PathLike, timeout_s: float) -> MpsControl:
+        return MpsControl(PipeDirectory(str(pipe_dir), "env"), self.env, timeout_s=timeout_s, which=self.which)
+
+    def start_time(self, pid: int) -> int | None:
+        """Field 22 of /proc/<pid>/stat (clock ticks after boot); None when the pid is gone or a zombie."""
+        try:
+            text = (self.proc / str(pid) / "stat").read_text()
+        except OSError:
+            return None
+        # comm (field 2) may contain blanks and parentheses: split after its closing one.
+        fields = text[text.rindex(")") + 2:].split()
+        if fields[0] in ("Z", "X"):
+            return None
+        return int(fields[22 - 3])
+
+    def daemon_pid(self, pipe_dir: Path) -> int | None:
+        """The control daemon's pid file in the pipe directory, else the one daemon whose environment names it."""
+        try:
+            return int((pipe_dir / DAEMON_PID_FILE).read_text().strip())
+        except (OSError, ValueError):
+            pass
+        wanted = f"CUDA_MPS_PIPE_DIRECTORY={pipe_dir}".encode()
+        hits = []
+        for entry in self.proc.glob("[0-9]*"):
+            try:
+                if (entry / "comm").read_text().strip().startswith("nvidia-cuda-mps") and \
+                        wanted in (entry / "environ").read_bytes().split(b"\0"):
+                    hits.append(int(entry.name))
+            except (OSError, ValueError):
+                continue
+        return hits[0] if len(hits) == 1 else None
+
+
+def resolve_gpu(host: ToolHost, spec: str | None) -> GpuInfo:
+    """--gpu as an NVML index or a (prefix of a) UUID; by default CUDA's device 0 (CUDA_VISIBLE_DEVICES aware)."""
+    try:
+        gpus = host.nvml.gpus()
+    except NvmlUnavailable as exc:
+        raise MpsToolError(f"unilab mps: NVML cannot be read, so no GPU can be identified: {exc}\n"
+                           "  check: nvidia-smi    # must list the GPU") from exc
+    listing = "; ".join(f"{g.index}: {g.uuid}" for g in gpus) or "none"
+    if spec is None:
+        visible = visible_devices(host.env.get("CUDA_VISIBLE_DEVICES"), gpus)
+        if not visible:
+            raise MpsToolError(f"unilab mps: no visible GPU (CUDA_VISIBLE_DEVICES="
+                               f"{host.env.get('CUDA_VISIBLE_DEVICES')!r}; NVML sees {listing})")
+        gpu = visible[0]
+        if isinstance(gpu, MigEntry):
+            raise MpsToolError(f"unilab mps: {gpu.token} is a MIG instance; unilab does not support MPS on MIG")
+    elif spec.isdigit():
+        gpu = next((g for g in gpus if g.index == int(spec)), None)
+    else:
+        hits = [g for g in gpus if g.uuid.startswith(spec) or g.uuid.startswith("GPU-" + spec)]
+        gpu = hits[0] if len(hits) == 1 else None
+    if gpu is None:
+        raise MpsToolError(f"unilab mps: --gpu {spec} names no single GPU (NVML sees {listing})")
+    if gpu.mig_enabled:
+        raise MpsToolError(f"unilab mps: {gpu.uuid} is in MIG mode; unilab does not support MPS on MIG\n"
+                           f"  fix: sudo nvidia-smi -i {gpu.index} -mig 0")
+    return gpu
