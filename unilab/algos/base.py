@@ -24,7 +24,14 @@ LEARNERS: dict[str, str] = {
 
 
 class OffPolicyLearner(ABC):
+    """Subclasses build their networks, set `use_graph`, `actor_schedule` (one entry per gradient step of
+    a cycle), `metric_names`, and implement `_cycle()` (one update cycle returning stacked metrics)."""
+
     replay: ReplayBuffer
+    metric_names: tuple[str, ...] = ()
+    use_graph: bool = False
+    _graph: torch.cuda.CUDAGraph | None = None
+    _graph_metrics: Tensor | None = None
 
     def __init__(self, cfg: Any, obs_dim: int, critic_obs_dim: int, action_dim: int, device: torch.device, seed: int):
         self.cfg = cfg
@@ -43,10 +50,42 @@ class OffPolicyLearner(ABC):
     def ready(self) -> bool:
         """Whether the replay holds enough samples to start updating (host-side ints only)."""
 
-    @abstractmethod
+    def _cycle(self) -> Tensor:
+        """One cycle of `updates_per_step` gradient steps; returns the stacked `metric_names` scalars."""
+        raise NotImplementedError
+
+    def _capture(self) -> None:
+        with torch.cuda.device(self.device):
+            stream = torch.cuda.current_stream()
+            side = torch.cuda.Stream()
+            side.wait_stream(stream)
+            # Warm-up on a side stream so that lazy state (optimiser moments, cuBLAS workspaces, autocast
+            # kernels) exists before capture. These cycles are real updates on real data.
+            with torch.cuda.stream(side):
+                for _ in range(self.cfg.cuda_graph_warmup):
+                    self._cycle()
+                    self.num_updates += len(self.actor_schedule)
+            stream.wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            # thread_local: an acting thread may keep issuing CUDA work while this thread captures.
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                self._graph_metrics = self._cycle()
+        self._graph = graph
+
     def update(self) -> dict[str, Tensor]:
-        """Run one cycle of `updates_per_step` gradient steps; returns device scalars
-        (critic_loss, actor_loss, alpha, entropy, q_mean)."""
+        """Run one cycle of `updates_per_step` gradient steps (one captured CUDA graph on the GPU when
+        `use_graph`); returns device scalars (critic_loss, actor_loss, alpha, ...). No host sync."""
+        if not self.ready():
+            raise RuntimeError(f"{self.cfg.name}: update() before ready() (replay holds {self.replay.size} samples)")
+        if self.use_graph:
+            if self._graph is None:
+                self._capture()
+            self._graph.replay()
+            metrics = self._graph_metrics.clone()  # the graph overwrites its output on the next replay
+        else:
+            metrics = self._cycle()
+        self.num_updates += len(self.actor_schedule)
+        return dict(zip(self.metric_names, metrics.unbind()))
 
     @abstractmethod
     def publish_policy(self) -> None:

@@ -15,22 +15,12 @@ from typing import Any
 from unilab.evidence.manifest import MANIFEST_FILE
 from unilab.evidence.run_config import RUN_CONFIG_FILE
 from unilab.launcher.summary import SUMMARY_FILE
-from unilab.runtime.metrics import METRICS_FILE
+from unilab.runtime.metrics import METRIC_KEYS, METRICS_FILE
 
 DEFAULT_SKIP_FIRST = 50
 DEFAULT_LAST = 100
 
-TIMING_KEYS = (
-    "iteration_ms",
-    "env_steps_per_s",
-    "learner_train_ms",
-    "learner_wait_for_collector_ms",
-    "learner_inference_ms",
-    "collector_env_step_ms",
-    "collector_backend_step_ms",
-    "collector_replay_write_ms",
-    "collector_wait_for_action_ms",
-)
+TIMING_KEYS = METRIC_KEYS[: METRIC_KEYS.index("collector_wait_for_action_ms") + 1]
 COUNTER_KEYS = ("ingress_backpressure", "nan_guard_trips")  # cumulative: the run's last value is the count
 RUN_FILES = (METRICS_FILE, MANIFEST_FILE, SUMMARY_FILE, RUN_CONFIG_FILE)
 

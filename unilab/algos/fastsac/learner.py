@@ -106,8 +106,7 @@ class FastSACLearner(OffPolicyLearner):
         self.actor_schedule = [k % cfg.policy_delay == cfg.policy_delay - 1 for k in range(cfg.updates_per_step)]
         self.num_updates = 0  # gradient steps taken, warm-up steps of the graph capture included
         self._chunk = 0  # rows per add(), for ready()
-        self._graph: torch.cuda.CUDAGraph | None = None
-        self._graph_metrics: Tensor | None = None
+        self.metric_names = METRICS
 
         self.acting = ActingPolicy(copy.deepcopy(self.actor), self.obs_norm)
         if self.on_cuda:
@@ -202,37 +201,6 @@ class FastSACLearner(OffPolicyLearner):
 
         alpha = self.log_alpha.detach().exp()
         return torch.stack([mean("critic_loss"), mean("actor_loss"), alpha, mean("entropy"), mean("q_mean")])
-
-    def _capture(self) -> None:
-        with torch.cuda.device(self.device):
-            stream = torch.cuda.current_stream()
-            side = torch.cuda.Stream()
-            side.wait_stream(stream)
-            # Warm-up on a side stream so that lazy state (optimiser moments, cuBLAS workspaces, autocast
-            # kernels) exists before capture. These cycles are real updates on real data.
-            with torch.cuda.stream(side):
-                for _ in range(self.cfg.cuda_graph_warmup):
-                    self._cycle()
-                    self.num_updates += len(self.actor_schedule)
-            stream.wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            # thread_local: an acting thread may keep issuing CUDA work while this thread captures.
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                self._graph_metrics = self._cycle()
-        self._graph = graph
-
-    def update(self) -> dict[str, Tensor]:
-        if not self.ready():
-            raise RuntimeError(f"fastsac: update() before ready() (replay holds {self.replay.size} samples)")
-        if self.use_graph:
-            if self._graph is None:
-                self._capture()
-            self._graph.replay()
-            metrics = self._graph_metrics.clone()  # the graph overwrites its output on the next replay
-        else:
-            metrics = self._cycle()
-        self.num_updates += len(self.actor_schedule)
-        return dict(zip(METRICS, metrics.unbind()))
 
     # ------------------------------------------------------------------ acting
 
