@@ -161,7 +161,8 @@ def test_config_diff_shows_only_the_mode(tmp_path, spies, fake_host, daemon, cap
 
 def test_short_form_maps_onto_groups(tmp_path, spies):
     log_dir = tmp_path / "runs"
-    args = ["--algo", "fastsac", "--task=g1_walk_flat", "--sim", "mjwarp", f"training.log_dir={log_dir}"]
+    args = ["--algo", "fastsac", "--task=g1_walk_flat", "--sim", "mjwarp", "training.device=cpu",
+            f"training.log_dir={log_dir}"]
     assert run_train(*args) == 0
     (run,) = run_dirs(log_dir)
     config = json.loads((run / "run_config.json").read_text())
@@ -170,7 +171,7 @@ def test_short_form_maps_onto_groups(tmp_path, spies):
 
 def test_sac_is_an_alias_of_fastsac(tmp_path, spies):
     log_dir = tmp_path / "runs"
-    assert run_train("--algo", "sac", f"training.log_dir={log_dir}") == 0
+    assert run_train("--algo", "sac", "training.device=cpu", f"training.log_dir={log_dir}") == 0
     (run,) = run_dirs(log_dir)
     assert json.loads((run / "run_config.json").read_text())["algo"]["name"] == "fastsac"
 
@@ -209,3 +210,14 @@ def test_console_script_fails_closed_without_importing_cuda_libraries(tmp_path):
     assert "RESULT 2 False False False" in done.stdout, done.stdout + done.stderr
     assert "learner_cuda" in done.stderr
     assert not log_dir.exists()
+
+
+def test_cuda_device_without_a_gpu_fails_before_anything_exists(tmp_path, spies, capsys, monkeypatch):
+    import unilab.execution.probe as probe_mod
+
+    monkeypatch.setattr(probe_mod, "SystemNvml", lambda: FakeNvml(available=False))
+    log_dir = tmp_path / "runs"
+    assert run_train("training.device=cuda:0", f"training.log_dir={log_dir}") == 2
+    err = capsys.readouterr().err
+    assert "training.device=cpu" in err and "Traceback" not in err
+    assert not log_dir.exists() and spies[0].calls == []

@@ -67,6 +67,8 @@ def _user_error(exc: BaseException) -> str | None:
     for e in chain:
         if isinstance(e, CudaProcessSharingError):
             return e.render()
+        if isinstance(e, ConfigError):  # our own message already says what to change
+            return f"unilab: invalid configuration\n  {e}"
     if any(isinstance(e, (HydraException, OmegaConfBaseException, ConfigError)) for e in chain):
         lines: list[str] = []
         for e in chain:

@@ -64,6 +64,24 @@ def rank_devices(training: dict) -> list[str]:
     return [f"cuda:{d}" for d in devices]
 
 
+def _check_gpus_visible(devices: list[str]) -> None:
+    """A CUDA device on a host without a visible NVIDIA GPU fails here, not in the children."""
+    if not any(d.startswith("cuda") for d in devices):
+        return
+    from unilab.execution import probe
+    from unilab.execution.nvml import NvmlUnavailable
+
+    try:
+        count = len(probe.HostFacts().nvml.gpus())
+    except NvmlUnavailable as exc:
+        raise ConfigError(
+            f"training.device={devices[0]} but no NVIDIA GPU can be used here ({exc}); "
+            "train on the CPU with training.device=cpu (e.g. train +preset=cpu_smoke)"
+        ) from exc
+    if count == 0:
+        raise ConfigError(f"training.device={devices[0]} but NVML sees no GPU; use training.device=cpu")
+
+
 def _rank_evidence(evidence: CudaProcessSharingEvidence, devices: list[str], timeout_s: float):
     """The probe's evidence for every rank: under MPS each further rank's GPU is probed too."""
     from unilab.execution import probe
@@ -108,6 +126,7 @@ def prepare_run(cfg: DictConfig) -> PreparedRun:
     evidence = execution_evidence(cfg)
     config = resolved_config(cfg)
     devices = rank_devices(config["training"])
+    _check_gpus_visible(devices)
     per_rank = _rank_evidence(evidence, devices, float(config["training"]["mps_probe_timeout_s"]))
     resume_dir, checkpoint = _resume_target(config["training"].get("resume"))
     if resume_dir is not None:
