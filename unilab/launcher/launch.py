@@ -99,7 +99,7 @@ def launch(prepared: PreparedRun, cfg: DictConfig) -> int:
         _stop_all(procs)
     summary = RunSummary(
         status=state.status or "failed",
-        cause=state.cause,
+        cause=state.cause or (f"{state.interrupted_by} received" if state.interrupted_by else None),
         failed_role=state.failed_role,
         traceback=state.traceback,
         iterations=state.learner_summary.get("iterations"),
@@ -183,7 +183,8 @@ def _handle(msg, prepared, ranks, state: _State, stop_event, go_event, spec0) ->
 
 
 def _fail(state: _State, status: str, cause: str, role, tb, stop_event) -> None:
-    if state.status in (None, "completed"):
+    # The first cause wins; a status reported by the learner itself ("interrupted") gets its cause here.
+    if state.status in (None, "completed") or state.cause is None:
         state.status, state.cause, state.failed_role = status, cause, role
     if tb and not state.traceback:
         state.traceback = tb
