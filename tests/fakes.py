@@ -41,6 +41,8 @@ class FakeMpsDaemon:
         self.pipe_dir = Path(pipe_dir)
         self.silent = silent
         self.servers: dict[int, list[int]] = {}
+        # Report every multiprocessing child on this host as a client (as if they had reached the daemon).
+        self.clients_from_proc = False
         self.commands: list[str] = []
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
@@ -92,8 +94,24 @@ class FakeMpsDaemon:
         if verb == "get_server_list":
             return "".join(f"{pid}\n" for pid in self.servers)
         if verb == "get_client_list" and arg.strip().isdigit():
-            return "".join(f"{pid}\n" for pid in self.servers.get(int(arg), []))
+            clients = self.servers.get(int(arg), [])
+            if self.clients_from_proc:
+                clients = clients + _spawned_children()
+            return "".join(f"{pid}\n" for pid in clients)
         return ""
+
+
+def _spawned_children() -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if b"spawn_main" in f.read():
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
 
 
 CLIENT_SCRIPT = textwrap.dedent(
