@@ -10,7 +10,7 @@ import time
 import pytest
 from pydantic import ValidationError
 
-from fakes import GPU_A, GPU_B, FakeMpsDaemon, FakeNvml
+from fakes import GPU_A, GPU_B, FakeNvml
 from unilab.execution import (
     CudaProcessSharingError,
     CudaProcessSharingEvidence,

@@ -50,6 +50,34 @@ class OffPolicyLearner(ABC):
     def ready(self) -> bool:
         """Whether the replay holds enough samples to start updating (host-side ints only)."""
 
+    def _init_shared_state(self, metric_names: tuple[str, ...]) -> None:
+        """After the networks and optimisers exist: data parallelism, the replay, the cycle's schedule.
+
+        Data parallelism (one rank per GPU): start from rank 0's weights and average every gradient across
+        ranks before its optimiser step (actor and log_alpha in one collective). None: a single rank.
+        """
+        from unilab.algos.distributed import GradAllReduce, broadcast_, dp_active
+        from unilab.algos.replay import ReplayBuffer
+
+        cfg = self.cfg
+        self._critic_grad_sync = None
+        self._actor_grad_sync = None
+        if dp_active():
+            broadcast_(self.actor, self.critic, self.critic_target, self.log_alpha)
+            self._critic_grad_sync = GradAllReduce(self.critic.parameters())
+            self._actor_grad_sync = GradAllReduce([*self.actor.parameters(), self.log_alpha])
+        vec = lambda dim: ((dim,), torch.float32)  # noqa: E731
+        scalar = ((), torch.float32)
+        self.replay = ReplayBuffer(cfg.replay_capacity, {
+            "obs": vec(self.obs_dim), "critic_obs": vec(self.critic_obs_dim), "action": vec(self.action_dim),
+            "reward": scalar, "next_obs": vec(self.obs_dim), "next_critic_obs": vec(self.critic_obs_dim),
+            "terminated": scalar,
+        }, self.device)
+        self.actor_schedule = [k % cfg.policy_delay == cfg.policy_delay - 1 for k in range(cfg.updates_per_step)]
+        self.num_updates = 0  # gradient steps taken, warm-up steps of the graph capture included
+        self._chunk = 0  # rows per add(), for ready()
+        self.metric_names = metric_names
+
     def _cycle(self) -> Tensor:
         """One cycle of `updates_per_step` gradient steps; returns the stacked `metric_names` scalars."""
         raise NotImplementedError

@@ -23,10 +23,8 @@ import torch
 from torch import Tensor
 
 from unilab.algos.base import OffPolicyLearner
-from unilab.algos.distributed import GradAllReduce, broadcast_, dp_active
 from unilab.algos.fastsac.networks import ActingPolicy, Actor, TwinDistributionalCritic
 from unilab.algos.normalizer import RunningNormalizer
-from unilab.algos.replay import ReplayBuffer
 
 METRICS = ("critic_loss", "actor_loss", "alpha", "entropy", "q_mean")
 
@@ -81,32 +79,7 @@ class FastSACLearner(OffPolicyLearner):
         self.actor_opt = torch.optim.AdamW(self.actor.parameters(), cfg.actor_lr, **adamw)
         self.alpha_opt = torch.optim.AdamW([self.log_alpha], cfg.alpha_lr, **{**adamw, "weight_decay": 0.0})
 
-        # Data parallelism (one rank per GPU): start from rank 0's weights and average every gradient across
-        # ranks before its optimiser step (actor and log_alpha in one collective). None: a single rank.
-        self._critic_grad_sync: GradAllReduce | None = None
-        self._actor_grad_sync: GradAllReduce | None = None
-        if dp_active():
-            broadcast_(self.actor, self.critic, self.critic_target, self.log_alpha)
-            self._critic_grad_sync = GradAllReduce(self.critic.parameters())
-            self._actor_grad_sync = GradAllReduce([*self.actor.parameters(), self.log_alpha])
-
-        self.replay = ReplayBuffer(
-            cfg.replay_capacity,
-            {
-                "obs": ((obs_dim,), torch.float32),
-                "critic_obs": ((critic_obs_dim,), torch.float32),
-                "action": ((action_dim,), torch.float32),
-                "reward": ((), torch.float32),
-                "next_obs": ((obs_dim,), torch.float32),
-                "next_critic_obs": ((critic_obs_dim,), torch.float32),
-                "terminated": ((), torch.float32),
-            },
-            dev,
-        )
-        self.actor_schedule = [k % cfg.policy_delay == cfg.policy_delay - 1 for k in range(cfg.updates_per_step)]
-        self.num_updates = 0  # gradient steps taken, warm-up steps of the graph capture included
-        self._chunk = 0  # rows per add(), for ready()
-        self.metric_names = METRICS
+        self._init_shared_state(METRICS)
 
         self.acting = ActingPolicy(copy.deepcopy(self.actor), self.obs_norm)
         if self.on_cuda:
