@@ -47,3 +47,14 @@ def mps_env(short_tmp, fake_bin, daemon):
 @pytest.fixture
 def host(mps_env):
     return HostFacts(platform="linux", env=mps_env, nvml=FakeNvml())
+
+
+@pytest.fixture
+def fake_host(monkeypatch, mps_env):
+    """The process-wide host facts of a GPU machine with a live (fake) daemon: for code that builds HostFacts()."""
+    import unilab.execution.probe as probe_mod
+
+    monkeypatch.setattr(probe_mod, "SystemNvml", lambda: FakeNvml())
+    for key, value in mps_env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from fakes import FakeNvml
 
 from unilab.cli.tools import build_parser
 from unilab.cli.tools import main as tools_main
@@ -241,16 +240,6 @@ def launch_spy(monkeypatch):
     calls = []
     monkeypatch.setattr(launch_mod, "launch", lambda prepared, cfg: calls.append(prepared.run_dir) or 0)
     return calls
-
-
-@pytest.fixture
-def fake_host(monkeypatch, mps_env):
-    import unilab.execution.probe as probe_mod
-
-    monkeypatch.setattr(probe_mod, "SystemNvml", lambda: FakeNvml())
-    for key, value in mps_env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
 
 def test_gate_preset_sweeps_two_arms_times_two_seeds(tmp_path, launch_spy, fake_host):

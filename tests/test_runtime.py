@@ -224,15 +224,10 @@ def test_two_ranks_on_cpu_stay_in_sync(tmp_path):
     assert dp["world_size"] == 2 and dp["actor_params_equal"] is True, dp
 
 
-def test_null_mode_records_ambient_mps(tmp_path, monkeypatch, mps_env, daemon):
+def test_null_mode_records_ambient_mps(tmp_path, fake_host, daemon):
     """No mode requested, but a daemon is reachable and the children are its clients: the manifest says so."""
-    import unilab.execution.probe as probe_mod
-    from fakes import FakeNvml
     from unilab.cli.train import main as train_main
 
-    monkeypatch.setattr(probe_mod, "SystemNvml", lambda: FakeNvml())
-    for key, value in mps_env.items():
-        monkeypatch.setenv(key, value)
     daemon.servers[4242] = []
     daemon.clients_from_proc = True
     train_main([*SMOKE, f"training.log_dir={tmp_path}", "algo.max_iterations=3"])  # completes: no SystemExit

@@ -37,16 +37,6 @@ def spies(monkeypatch):
     return launcher, env_factory
 
 
-@pytest.fixture
-def fake_host(monkeypatch, mps_env):
-    import unilab.execution.probe as probe_mod
-
-    monkeypatch.setattr(probe_mod, "SystemNvml", lambda: FakeNvml())
-    for key, value in mps_env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-
-
 def run_train(*args) -> int:
     try:
         train_main(list(args))

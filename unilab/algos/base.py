@@ -46,9 +46,9 @@ class OffPolicyLearner(ABC):
         """Append transitions (obs, critic_obs, action, reward, next_obs, next_critic_obs, terminated)
         to the replay and update the observation normalisers."""
 
-    @abstractmethod
     def ready(self) -> bool:
         """Whether the replay holds enough samples to start updating (host-side ints only)."""
+        return self.replay.size >= max(self.cfg.batch_size, self.cfg.learning_starts * self._chunk)
 
     def _init_shared_state(self, metric_names: tuple[str, ...]) -> None:
         """After the networks and optimisers exist: data parallelism, the replay, the cycle's schedule.
@@ -77,6 +77,22 @@ class OffPolicyLearner(ABC):
         self.num_updates = 0  # gradient steps taken, warm-up steps of the graph capture included
         self._chunk = 0  # rows per add(), for ready()
         self.metric_names = metric_names
+
+    def _start_acting(self) -> None:
+        """After `self.acting` exists: order publish_policy (learner stream) against act (acting stream)."""
+        if self.on_cuda:
+            self._published = torch.cuda.Event()
+            self._acted = torch.cuda.Event()
+        self.publish_policy()
+
+    def _store(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Append a batch of transitions to the replay in its dtypes and shapes; returns the stored rows."""
+        n = batch["obs"].shape[0]
+        rows = {key: batch[key].to(self.device, dtype).reshape(n, *shape)
+                for key, (shape, dtype) in self.replay.spec.items()}
+        self.replay.extend(rows)
+        self._chunk = n
+        return rows
 
     def _cycle(self) -> Tensor:
         """One cycle of `updates_per_step` gradient steps; returns the stacked `metric_names` scalars."""

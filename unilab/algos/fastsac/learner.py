@@ -82,26 +82,14 @@ class FastSACLearner(OffPolicyLearner):
         self._init_shared_state(METRICS)
 
         self.acting = ActingPolicy(copy.deepcopy(self.actor), self.obs_norm)
-        if self.on_cuda:
-            # Cross-stream ordering between publish_policy (learner stream) and act (acting stream).
-            self._published = torch.cuda.Event()
-            self._acted = torch.cuda.Event()
-        self.publish_policy()
+        self._start_acting()
 
     # ------------------------------------------------------------------ data
 
     def add(self, batch: dict[str, Tensor]) -> None:
-        n = batch["obs"].shape[0]
-        rows = {}
-        for key, (shape, dtype) in self.replay.spec.items():
-            rows[key] = batch[key].to(self.device, dtype).reshape(n, *shape)
-        self.replay.extend(rows)
+        rows = self._store(batch)
         self.obs_norm.update(rows["obs"])
         self.critic_obs_norm.update(rows["critic_obs"])
-        self._chunk = n
-
-    def ready(self) -> bool:
-        return self.replay.size >= max(self.cfg.batch_size, self.cfg.learning_starts * self._chunk)
 
     # ------------------------------------------------------------------ training
 

@@ -102,26 +102,14 @@ class FlashSACLearner(OffPolicyLearner):
         self.noise = RepeatedNoise(
             repeat_length_probs(cfg.noise_repeat_max, cfg.noise_repeat, cfg.noise_repeat_exponent), dev
         )
-        if self.on_cuda:
-            # Cross-stream ordering between publish_policy (learner stream) and act (acting stream).
-            self._published = torch.cuda.Event()
-            self._acted = torch.cuda.Event()
-        self.publish_policy()
+        self._start_acting()
 
     # ------------------------------------------------------------------ data
 
     def add(self, batch: dict[str, Tensor]) -> None:
-        n = batch["obs"].shape[0]
-        rows = {}
-        for key, (shape, dtype) in self.replay.spec.items():
-            rows[key] = batch[key].to(self.device, dtype).reshape(n, *shape)
-        self.replay.extend(rows)
+        rows = self._store(batch)
         # Observations need no normaliser here: both networks open with a BatchNorm layer.
         self.reward_norm.update(rows["reward"], rows["terminated"])
-        self._chunk = n
-
-    def ready(self) -> bool:
-        return self.replay.size >= max(self.cfg.batch_size, self.cfg.learning_starts * self._chunk)
 
     # ------------------------------------------------------------------ training
 
