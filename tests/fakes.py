@@ -96,18 +96,24 @@ class FakeMpsDaemon:
         if verb == "get_client_list" and arg.strip().isdigit():
             clients = self.servers.get(int(arg), [])
             if self.clients_from_proc:
-                clients = clients + _spawned_children()
+                clients = clients + _spawned_children(self.pipe_dir)
             return "".join(f"{pid}\n" for pid in clients)
         return ""
 
 
-def _spawned_children() -> list[int]:
+def _spawned_children(pipe_dir: Path) -> list[int]:
+    """multiprocessing children whose environment points at this daemon's pipe directory (a CUDA
+    process reaches the daemon of the CUDA_MPS_PIPE_DIRECTORY it started with, none other)."""
+    wanted = f"CUDA_MPS_PIPE_DIRECTORY={pipe_dir}".encode()
     pids = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if b"spawn_main" in f.read():
+                    if b"spawn_main" not in f.read():
+                        continue
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if wanted in f.read().split(b"\0"):
                         pids.append(int(entry))
             except OSError:
                 continue

@@ -157,6 +157,37 @@ def test_bandit_learns_target_action():
     assert metrics["q_mean"].item() > -0.5  # the learned value is close to the optimum 0
 
 
+def test_compiled_passes_match_eager(monkeypatch):
+    """algo.compile=true: the cycle calls compiled network passes (inductor; C++ on the CPU) that
+    compute what the modules compute, gradients included, and the cycle runs on them."""
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.setattr(inductor_config, "fallback_random", True)  # eager's RNG stream, for the comparison
+    lrn = learner(seed=3, compile=True)
+    gen = torch.Generator().manual_seed(1)
+    obs, critic_obs = torch.randn(N, OBS, generator=gen), torch.randn(N, CRITIC_OBS, generator=gen)
+    action = torch.rand(N, ACT, generator=gen) * 2 - 1
+
+    def passes(critic, sample):
+        lrn.critic.zero_grad(set_to_none=True)
+        lrn.actor.zero_grad(set_to_none=True)
+        torch.manual_seed(0)
+        a, logp = sample(obs)
+        loss = critic(critic_obs, action).square().mean() + critic(critic_obs, a).mean() + logp.mean()
+        loss.backward()
+        grads = [p.grad.clone() for p in [*lrn.critic.parameters(), *lrn.actor.parameters()]]
+        return [loss.detach(), a.detach(), *grads]
+
+    eager = passes(lrn.critic, lrn.actor.sample)
+    compiled = passes(lrn._critic_fn, lrn._actor_sample)
+    assert lrn._critic_fn is not lrn.critic
+    for x, y in zip(eager, compiled):
+        torch.testing.assert_close(y, x, atol=1e-5, rtol=1e-4)
+    lrn.add(bandit_batch(lrn, gen))
+    lrn.add(bandit_batch(lrn, gen))
+    assert all(torch.isfinite(v) for v in lrn.update().values())
+
+
 def test_act_uses_published_copy_only():
     lrn = filled()
     obs = torch.randn(16, OBS)
@@ -289,6 +320,20 @@ def test_cuda_graph_update_learns_without_host_sync():
     finally:
         torch.cuda.set_sync_debug_mode(0)
     assert all(torch.isfinite(v) for v in metrics.values())
+    greedy = lrn.act(torch.randn(256, OBS, device="cuda"), deterministic=True)
+    assert (greedy - target).abs().max() < 0.15, greedy.mean(0)
+
+
+@cuda
+def test_cuda_graph_of_compiled_passes_learns():
+    lrn = learner("cuda", cuda_graph=True, bf16=True, compile=True)
+    gen = torch.Generator("cuda").manual_seed(1)
+    target = TARGET_ACTION.cuda()
+    for _ in range(150):
+        lrn.add(bandit_batch(lrn, gen, target))
+        metrics = lrn.update()
+        lrn.publish_policy()
+    assert lrn._graph is not None and all(torch.isfinite(v) for v in metrics.values())
     greedy = lrn.act(torch.randn(256, OBS, device="cuda"), deterministic=True)
     assert (greedy - target).abs().max() < 0.15, greedy.mean(0)
 

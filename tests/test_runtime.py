@@ -235,3 +235,17 @@ def test_null_mode_records_ambient_mps(tmp_path, fake_host, daemon):
     assert sharing["configured"] is None and sharing["daemon_reachable"] is True
     assert sharing["effective"] == "mps" and set(sharing["client_pids"]) == {"learner", "collector"}
     assert any("ambient" in note for note in sharing["notes"])
+
+
+def test_null_mode_can_block_an_ambient_daemon(tmp_path, fake_host, daemon):
+    """training.block_ambient_mps: the baseline arm of an A/B run cannot become an MPS client."""
+    from unilab.cli.train import main as train_main
+
+    daemon.servers[4242] = []
+    daemon.clients_from_proc = True
+    train_main([*SMOKE, f"training.log_dir={tmp_path}", "algo.max_iterations=3", "training.block_ambient_mps=true"])
+    run = only_run(tmp_path)
+    sharing = json.loads((run / "runtime_manifest.json").read_text())["cuda_process_sharing"]
+    assert sharing["configured"] is None and sharing["effective"] is None and not sharing["client_pids"]
+    assert any("block_ambient_mps" in note for note in sharing["notes"])
+    assert summary(run)["status"] == "completed"

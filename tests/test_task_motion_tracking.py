@@ -163,3 +163,49 @@ def test_bad_motion_file_fails_before_the_backend(tmp_path):
     cfg = G1MotionTrackingConfig(num_envs=2, motion_file=str(tmp_path / "missing.npz"))
     with pytest.raises(MotionClipError, match="missing.npz"):
         G1MotionTrackingEnv(cfg, MjWarpSimConfig(), device="cpu", seed=0)
+
+
+def _tensor_attrs(env):
+    return {k: v for k, v in vars(env).items() if isinstance(v, torch.Tensor)}
+
+
+def test_state_stays_in_fixed_storage(cache):
+    """A captured step (CUDA) reads the tensors that existed at capture: every tensor attribute must
+    keep its object across steps and resets, including the ones the task code rebinds."""
+    from unilab.tasks.g1_motion_tracking.env import G1MotionTrackingEnv
+
+    env = G1MotionTrackingEnv(G1MotionTrackingConfig(num_envs=N, episode_length_s=0.1), MjWarpSimConfig(),
+                              device="cpu", seed=3)
+    env.reset()
+    before = _tensor_attrs(env)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(8):  # 5-step episodes: every env resets at least once
+        env.step(torch.rand(N, 29, generator=gen) * 2 - 1)
+    env.reset()
+    after = _tensor_attrs(env)
+    moved = sorted(k for k in before if after.get(k) is not before[k])
+    assert not moved, f"rebound state tensors: {moved}"
+
+
+def test_fixed_storage_changes_no_result(cache, monkeypatch):
+    """Copy-back of rebound state (keep_bindings) gives exactly the eager results."""
+    import contextlib
+
+    from unilab.tasks.common import base
+    from unilab.tasks.g1_motion_tracking.env import G1MotionTrackingEnv
+
+    def rollout():
+        env = G1MotionTrackingEnv(G1MotionTrackingConfig(num_envs=N, episode_length_s=0.1), MjWarpSimConfig(),
+                                  device="cpu", seed=5)
+        gen = torch.Generator().manual_seed(1)
+        out = [env.reset()]
+        for _ in range(8):
+            obs, critic, reward, terminated, truncated, _ = env.step(torch.rand(N, 29, generator=gen) * 2 - 1)
+            out += [obs.clone(), critic.clone(), reward.clone(), terminated.clone(), truncated.clone()]
+        return out
+
+    kept = rollout()
+    monkeypatch.setattr(base, "keep_bindings", lambda obj: contextlib.nullcontext())
+    plain = rollout()
+    for a, b in zip(kept, plain):
+        assert torch.equal(a, b)

@@ -173,7 +173,7 @@ def test_randomisation_hooks(short_envs):
     mu = env._geom_friction[..., 0]
     assert ((mu >= 0.4) & (mu <= 1.2)).all()
     assert (mu == mu[:, :1]).all() and not (mu[:, 0] == mu[0, 0]).all()  # per world, every geom
-    env.common_step_counter = 2  # the next step is a push step (every 3 steps)
+    env.common_step_counter.fill_(2)  # the next step is a push step (every 3 steps)
     env.step(torch.zeros(env.num_envs, 29))
     assert (env.base_lin_vel_w[:, :2].abs().max(dim=1).values > 0.02).all()
 

@@ -47,6 +47,9 @@ class TrainingConfig(ExecutionConfig):
     resume: Optional[str] = None
     resume_refill_fraction: float = 0.25  # of replay capacity refilled before a resumed run updates
     env_steps_per_sync: int = 1
+    # null mode only: point the children at an empty pipe directory, so that a running MPS daemon
+    # cannot take them as clients (a clean non-MPS baseline for A/B runs from one shell).
+    block_ambient_mps: bool = False
     no_play: bool = True
     export_onnx: bool = False
     nan_guard: NanGuardConfig = field(default_factory=NanGuardConfig)

@@ -8,10 +8,13 @@ from contextlib import contextmanager
 from unilab.execution.evidence import CudaProcessSharingEvidence
 
 
-def child_device_and_env(evidence: CudaProcessSharingEvidence, device: str) -> tuple[str, dict[str, str]]:
-    """(device string inside the children, environment overrides for them)."""
+def child_device_and_env(
+    evidence: CudaProcessSharingEvidence, device: str, no_mps_pipe_dir: str | None = None
+) -> tuple[str, dict[str, str]]:
+    """(device string inside the children, environment overrides for them). In null mode with
+    ``no_mps_pipe_dir`` (an empty directory) the children cannot reach any MPS daemon."""
     if evidence.configured != "mps":
-        return device, {}
+        return device, ({"CUDA_MPS_PIPE_DIRECTORY": no_mps_pipe_dir} if no_mps_pipe_dir else {})
     env = {
         "CUDA_MPS_PIPE_DIRECTORY": evidence.pipe_directory,
         # Pin the probed GPU by UUID: inside the children it is cuda:0, whatever the ordinal was.

@@ -57,8 +57,12 @@ def launch(prepared: PreparedRun, cfg: DictConfig) -> int:
     procs: dict[str, mp.Process] = {}
     queues: list = []
     ranks = []
+    no_mps_dir = None
+    if training.get("block_ambient_mps") and evidences[0].configured != "mps":
+        no_mps_dir = prepared.run_dir / "no_mps_pipe"  # empty: no daemon answers there
+        no_mps_dir.mkdir(exist_ok=True)
     for rank, (device, evidence) in enumerate(zip(devices, evidences)):
-        child_device, env = child_device_and_env(evidence, device)
+        child_device, env = child_device_and_env(evidence, device, str(no_mps_dir) if no_mps_dir else None)
         spec = RoleSpec(
             run_dir=str(prepared.run_dir),
             config=prepared.config,
@@ -223,7 +227,8 @@ def _verify(prepared: PreparedRun, ranks, state: _State) -> CudaProcessSharingEr
                 return error
             record.cuda_process_sharing = evidence
         elif evidence.daemon_reachable:
-            evidence = _ambient_mps(evidence, {learner: l_pid, collector: c_pid})
+            evidence = _ambient_mps(evidence, {learner: l_pid, collector: c_pid},
+                                    blocked=bool(prepared.config["training"].get("block_ambient_mps")))
             record.cuda_process_sharing = evidence
         rank_records.append(record)
         evidences.append(evidence)
@@ -266,10 +271,14 @@ def _verify_mps(prepared, evidence, children: dict):
     })
 
 
-def _ambient_mps(evidence, children: dict):
+def _ambient_mps(evidence, children: dict, blocked: bool = False):
     """null mode with a reachable daemon: record whether the children ended up as MPS clients anyway."""
     report = verify_mps_clients(evidence, list(children.values()), timeout_s=2.0)
     if not report.all_attached:
+        if blocked:
+            return evidence.model_copy(update={"notes": [
+                *evidence.notes, "training.block_ambient_mps: the children were pointed at an empty pipe "
+                "directory; the reachable daemon lists neither of them as a client"]})
         return evidence
     return evidence.model_copy(update={
         "effective": "mps", "clients_verified": True,

@@ -14,6 +14,8 @@ class MjWarpSimConfig:
     nconmax: Optional[int] = None  # contacts per world (None: derived from the model)
     njmax: Optional[int] = None  # constraint rows per world (None: derived from the model)
     cuda_graph: bool = True  # capture the decimated step as one CUDA graph on CUDA
+    # Capture the task's post-physics work (observations, rewards, resets) as one CUDA graph on CUDA.
+    task_cuda_graph: bool = True
     overflow: str = "error"  # "error" | "count": reaction to contact/constraint overflow
     verbose: bool = False  # Warp module-load lines and MJWarp overflow prints
 

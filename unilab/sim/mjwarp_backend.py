@@ -102,6 +102,7 @@ class MjWarpBackend:
             self.model.opt.graph_conditional = False
         self._step_graph = None
         self._kin_graph = None
+        self._external_stream = None  # set while a torch.cuda.graph capture records our launches
         self._last_physics_ms = 0.0
         if self.is_cuda:
             self._warp_stream_t = wp.stream_to_torch(self.wp_device)  # torch handle on warp's stream
@@ -145,8 +146,26 @@ class MjWarpBackend:
         return bool(wp.is_mempool_enabled(self.wp_device)) and driver is not None and tuple(driver) >= (12, 4)
 
     @contextmanager
+    def recording_into_torch_graph(self):
+        """While the caller captures a ``torch.cuda.graph``: our launches (``forward``, ``reset_worlds``)
+        go as plain kernels onto the capturing torch stream, registered with Warp as an external
+        capture, so that they become nodes of the caller's graph (Warp's own graphs cannot nest)."""
+        stream = wp.stream_from_torch(torch.cuda.current_stream(self.device))
+        with wp.ScopedDevice(self.wp_device), wp.ScopedStream(stream, sync_enter=False):
+            wp.capture_begin(stream=stream, external=True, force_module_load=False)
+            self._external_stream = stream
+            try:
+                yield
+            finally:
+                self._external_stream = None
+                wp.capture_end(stream=stream)
+
+    @contextmanager
     def _on_warp_stream(self):
         """Order warp work after pending torch work on the caller's stream, and vice versa."""
+        if self._external_stream is not None:  # recording into the caller's graph, on its stream
+            yield
+            return
         if not self.is_cuda:
             with wp.ScopedDevice(self.wp_device):
                 yield
@@ -174,7 +193,7 @@ class MjWarpBackend:
     def _run(self, fn, graph_attr: str) -> None:
         """Run ``fn``'s launches; on CUDA capture them once (modules load before the
         capture, which records without executing) and replay the graph."""
-        if not self._use_graph:
+        if not self._use_graph or self._external_stream is not None:
             fn()
             return
         graph = getattr(self, graph_attr)

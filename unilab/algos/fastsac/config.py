@@ -32,5 +32,8 @@ class FastSACConfig(OffPolicyAlgoConfig):
     obs_clip: float = 10.0
     bf16: bool = True
     cuda_graph: bool = True
+    # torch.compile the network passes (fuses LayerNorm/activations, forward and backward) before the
+    # cycle is captured; costs compile time at start-up. Off: plain eager kernels inside the graph.
+    compile: bool = False
     # Eager update cycles run on a side stream before the graph is captured (they are real updates).
     cuda_graph_warmup: int = 3

@@ -79,6 +79,12 @@ class FastSACLearner(OffPolicyLearner):
         self.actor_opt = torch.optim.AdamW(self.actor.parameters(), cfg.actor_lr, **adamw)
         self.alpha_opt = torch.optim.AdamW([self.log_alpha], cfg.alpha_lr, **{**adamw, "weight_decay": 0.0})
 
+        # The networks' passes as the cycle calls them: compiled (shared weights) or the modules themselves.
+        wrap = (lambda fn: torch.compile(fn, dynamic=False)) if cfg.compile else (lambda fn: fn)
+        self._critic_fn = wrap(self.critic)
+        self._critic_target_fn = wrap(self.critic_target)
+        self._actor_sample = wrap(self.actor.sample)
+
         self._init_shared_state(METRICS)
 
         self.acting = ActingPolicy(copy.deepcopy(self.actor), self.obs_norm)
@@ -108,8 +114,8 @@ class FastSACLearner(OffPolicyLearner):
 
         with torch.no_grad():
             with self._autocast():
-                next_action, next_logp = self.actor.sample(next_obs)
-                target_logits = self.critic_target(next_critic_obs, next_action)
+                next_action, next_logp = self._actor_sample(next_obs)
+                target_logits = self._critic_target_fn(next_critic_obs, next_action)
             target_probs = target_logits.float().softmax(-1)  # (2, B, A)
             next_q = (target_probs * self.support).sum(-1)  # (2, B)
             next_probs = torch.where((next_q[0] <= next_q[1]).unsqueeze(-1), target_probs[0], target_probs[1])
@@ -120,7 +126,7 @@ class FastSACLearner(OffPolicyLearner):
             target = project_distribution(next_probs, target_atoms, self.support)
 
         with self._autocast():
-            logits = self.critic(critic_obs, b["action"])
+            logits = self._critic_fn(critic_obs, b["action"])
         log_probs = logits.float().log_softmax(-1)
         critic_loss = -(target * log_probs).sum(-1).mean(-1).sum()  # cross-entropy, summed over the twins
         self.critic_opt.zero_grad(set_to_none=True)
@@ -135,8 +141,8 @@ class FastSACLearner(OffPolicyLearner):
 
         if update_actor:
             with self._autocast():
-                action, logp = self.actor.sample(obs)
-                q = self._expected(self.critic(critic_obs, action)).mean(0)
+                action, logp = self._actor_sample(obs)
+                q = self._expected(self._critic_fn(critic_obs, action)).mean(0)
             actor_loss = (alpha * logp - q).mean()
             self.actor_opt.zero_grad(set_to_none=True)
             actor_loss.backward(inputs=list(self.actor.parameters()))  # no gradients into the critics

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import contextmanager
 from typing import Any
 
 import mujoco
@@ -58,6 +59,73 @@ class _StepTimer:
         return 1e3 * (self.stamps[2] - self.stamps[1])
 
 
+@contextmanager
+def keep_bindings(obj):
+    """Keep every tensor attribute of ``obj`` bound to the same tensor object across the block.
+
+    Task code may rebind state (``self.x = torch.where(mask, new, self.x)``). A captured CUDA graph
+    however reads the tensors that existed when it was recorded, so a rebinding would be lost on
+    replay. Attributes rebound inside the block are copied back into their original tensors (same
+    shape and dtype) and rebound to them: state lives in fixed storage, eager or captured alike."""
+    before = {k: v for k, v in vars(obj).items() if isinstance(v, torch.Tensor)}
+    yield
+    for key, old in before.items():
+        new = getattr(obj, key, None)
+        if new is old or not isinstance(new, torch.Tensor):
+            continue
+        if new.shape == old.shape and new.dtype == old.dtype and new.device == old.device:
+            old.copy_(new)
+            setattr(obj, key, old)
+
+
+class TaskGraph:
+    """The post-physics part of a step as one CUDA graph: a few eager steps (kernels load, lazy state
+    exists), then one capture, then replays. Warp launches inside it (forward kinematics of resets
+    and of tracking tasks) are recorded into the same graph through the backend."""
+
+    eager_steps = 2
+
+    def __init__(self, env: "TaskEnv"):
+        self.env = env
+        self.graph = None
+        self.outputs = None
+        self.steps = 0
+
+    def run(self, fn):
+        env = self.env
+        if self.graph is None and self.steps < self.eager_steps:
+            self.steps += 1
+            with keep_bindings(env):
+                return fn()
+        if self.graph is None:
+            self._capture(fn)
+        self.graph.replay()
+        return self.outputs
+
+    def _capture(self, fn) -> None:
+        import gc
+
+        env = self.env
+        graph = torch.cuda.CUDAGraph()
+        register = getattr(graph, "register_generator_state", None)
+        if register is None:
+            raise RuntimeError("sim.task_cuda_graph needs torch >= 2.5 (CUDAGraph.register_generator_state); "
+                               "set sim.task_cuda_graph=false")
+        register(env.generator)  # the graph advances the env's own RNG on every replay
+        stream = torch.cuda.Stream(env.device)
+        stream.wait_stream(torch.cuda.current_stream(env.device))
+        gc_was_enabled = gc.isenabled()
+        gc.disable()  # a finalizer running inside the capture would corrupt the graph
+        try:
+            with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+                with env.backend.recording_into_torch_graph(), keep_bindings(env):
+                    self.outputs = fn()
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        self.graph = graph
+
+
 class TaskEnv:
     """Batched env over `num_envs` MJWarp worlds of one robot with PD position actuators."""
 
@@ -87,8 +155,11 @@ class TaskEnv:
         self.episode_length = torch.zeros(n, device=self.device, dtype=torch.long)
         self.episode_return = torch.zeros(n, device=self.device, dtype=f32)
         self.terminated = torch.zeros(n, device=self.device, dtype=torch.bool)
-        self.common_step_counter = 0  # host int: steps since construction, same for all envs
+        # Steps since construction, same for all envs; a device scalar so that a captured step advances it.
+        self.common_step_counter = torch.zeros((), device=self.device, dtype=torch.long)
         self._timer = _StepTimer(self.device)
+        use_graph = self.device.type == "cuda" and bool(getattr(sim_cfg, "task_cuda_graph", False))
+        self._task_graph = TaskGraph(self) if use_graph else None
 
     # ---------------------------------------------------------------- setup
     def _init_indices(self, m: mujoco.MjModel) -> None:
@@ -150,13 +221,16 @@ class TaskEnv:
 
     # ------------------------------------------------------------- contract
     def reset(self) -> torch.Tensor:
-        self._reset_envs(torch.ones(self.num_envs, device=self.device, dtype=torch.bool))
+        with keep_bindings(self):
+            self._reset_envs(torch.ones(self.num_envs, device=self.device, dtype=torch.bool))
         return self._compute_obs()
 
     def critic_obs(self) -> torch.Tensor:
         return self._compute_critic_obs()
 
     def step(self, actions: torch.Tensor):
+        """One control step. On CUDA (``sim.task_cuda_graph``) the tensors returned are those of a
+        captured graph and are overwritten by the next step: copy what you keep."""
         self._timer.mark(0)
         self.last_actions.copy_(self.actions)
         self.actions.copy_(actions.to(self.device, torch.float32).clamp(-1.0, 1.0))
@@ -164,7 +238,18 @@ class TaskEnv:
         self._timer.mark(1)
         self.backend.step()
         self._timer.mark(2)
+        if self._task_graph is not None:
+            out = self._task_graph.run(self._after_physics)
+        else:
+            with keep_bindings(self):
+                out = self._after_physics()
+        self._timer.mark(3)
+        return out
 
+    def _after_physics(self):
+        """Everything of a step after the physics: task state, terminations, rewards, observations and
+        the masked resets. Captured as one CUDA graph on CUDA, so: no host reads, no Python branch on
+        a tensor, no host-side state that changes from step to step."""
         self.episode_length += 1
         self.common_step_counter += 1
         self._post_physics_step()
@@ -191,8 +276,11 @@ class TaskEnv:
         # Envs that did not finish keep exactly the obs above (and their noise sample).
         obs = torch.where(done[:, None], self._compute_obs(), obs)
         critic_obs = torch.where(done[:, None], self._compute_critic_obs(), critic_obs)
-        self._timer.mark(3)
+        self._extend_info(info)
         return obs, critic_obs, reward, terminated, truncated, info
+
+    def _extend_info(self, info: dict[str, Any]) -> None:
+        """Hook: add task metrics (device tensors) to a step's info."""
 
     @property
     def timing(self) -> dict[str, float]:

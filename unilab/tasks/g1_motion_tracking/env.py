@@ -97,8 +97,10 @@ class G1MotionTrackingEnv(TaskEnv):
             obs, critic_obs, reward, terminated, truncated, info = super().step(actions)
         finally:
             self.max_episode_length = self._timeout_steps
-        info.update(self._metrics)
         return obs, critic_obs, reward, terminated, truncated, info
+
+    def _extend_info(self, info) -> None:
+        info.update(self._metrics)
 
     def reset_to_frames(self, frames: torch.Tensor) -> torch.Tensor:
         """Reset every env onto the given clip frames (e.g. 0 for evaluation); returns obs."""

@@ -101,8 +101,8 @@ class G1WalkFlatEnv(TaskEnv):
 
         self.command_time_left -= self.dt
         self._resample_commands(self.command_time_left <= 0.0)
-        if self._push_every and self.common_step_counter % self._push_every == 0:
-            self._push()
+        if self._push_every:
+            self._push(self.common_step_counter % self._push_every == 0)
 
     def _resample_commands(self, mask: torch.Tensor) -> None:
         c = self.cfg.commands
@@ -125,9 +125,10 @@ class G1WalkFlatEnv(TaskEnv):
         self.commands.copy_(torch.where(mask[:, None], new, self.commands))
         self.command_time_left.copy_(torch.where(mask, duration, self.command_time_left))
 
-    def _push(self) -> None:
+    def _push(self, due: torch.Tensor) -> None:
+        """Kick every base on the steps where the device flag ``due`` is set (no host branch)."""
         v = self.cfg.randomization.push_max_vel_xy
-        kick = self._rand(self.num_envs, 2, low=-v, high=v)
+        kick = self._rand(self.num_envs, 2, low=-v, high=v) * due
         self.qvel[:, self.root_dof_adr:self.root_dof_adr + 2] += kick
 
     def _per_world_friction(self) -> torch.Tensor:
