@@ -26,7 +26,7 @@ def _time(fn, iters: int, sync) -> float:
     return (time.perf_counter() - t0) / iters
 
 
-def bench(task: str, num_envs: int, device: str, iters: int) -> dict:
+def bench(task: str, num_envs: int, device: str, iters: int, task_graph: bool = True) -> dict:
     import torch
     from omegaconf import OmegaConf
 
@@ -36,14 +36,14 @@ def bench(task: str, num_envs: int, device: str, iters: int) -> dict:
     task_schema = _load(next(t for g, n, t in GROUP_SCHEMAS if g == "task" and n == f"{task}_schema"))
     sim_schema = _load(next(t for g, n, t in GROUP_SCHEMAS if g == "sim"))
     task_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(task_schema), {"num_envs": num_envs}))
-    env = make_env(task_cfg, sim_schema(), device, seed=0)
+    env = make_env(task_cfg, sim_schema(task_cuda_graph=task_graph), device, seed=0)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     actions = torch.zeros(num_envs, env.action_dim, device=device)
     env.reset()
     physics_s = _time(env.backend.step, iters, sync)
     full_s = _time(lambda: env.step(actions), iters, sync)
     return {
-        "task": task, "num_envs": num_envs,
+        "task": task, "num_envs": num_envs, "task_cuda_graph": task_graph,
         "physics_ms": physics_s * 1e3, "full_ms": full_s * 1e3,
         "physics_steps_per_s": num_envs / physics_s, "full_steps_per_s": num_envs / full_s,
         "full_over_physics": physics_s / full_s,
@@ -57,13 +57,15 @@ def main() -> None:
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--no-task-graph", action="store_true", help="sim.task_cuda_graph=false (eager task step)")
     args = ap.parse_args()
     import torch
 
-    rows = [bench(t, n, args.device, args.iters) for t in args.tasks for n in args.envs]
+    rows = [bench(t, n, args.device, args.iters, not args.no_task_graph) for t in args.tasks for n in args.envs]
     host = {"gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor(),
             "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__}
     print(f"host: {host}")
+    print(f"task step captured as a CUDA graph: {not args.no_task_graph}")
     print("| task | envs | physics ms | physics steps/s | full ms | full steps/s | full/physics |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:

@@ -44,7 +44,7 @@ def main() -> None:
     ap.add_argument("--task", default="g1_walk_flat")
     ap.add_argument("--envs", type=int, default=2048)
     ap.add_argument("--iters", type=int, default=50)
-    ap.add_argument("--set", nargs="*", default=[], help="algo.key=value or task.key=value")
+    ap.add_argument("--set", nargs="*", default=[], help="algo.key=value, task.key=value or sim.key=value")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     import torch
@@ -53,7 +53,7 @@ def main() -> None:
     from unilab.sim.config import MjWarpSimConfig
     from unilab.tasks import make_env
 
-    over = {"algo": {}, "task": {"num_envs": args.envs}}
+    over = {"algo": {}, "task": {"num_envs": args.envs}, "sim": {}}
     for item in args.set:
         key, value = item.split("=", 1)
         group, _, field = key.partition(".")
@@ -61,7 +61,7 @@ def main() -> None:
     algo = _cfg("algo", args.algo, over["algo"])
     task = _cfg("task", args.task, over["task"])
     device = torch.device("cuda:0")
-    env = make_env(task, MjWarpSimConfig(), str(device), seed=0)
+    env = make_env(task, MjWarpSimConfig(**over["sim"]), str(device), seed=0)
     learner = make_learner(algo, env.obs_dim, env.critic_obs_dim, env.action_dim, device, seed=0)
 
     n = env.num_envs

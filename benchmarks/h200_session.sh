@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# One device session on two H200s (kind nvidia-h200-x2), everything the open issues measure:
+#   setsid nohup bash benchmarks/h200_session.sh start > /tmp/session/start.log 2>&1 &
+#                                             # GPU checks, 2-GPU DP A/B, unilab mps, then the two queues below
+#   bash benchmarks/h200_session.sh wait S    # follow the logs for up to S seconds (calls are <= 10 min)
+#   bash benchmarks/h200_session.sh collect   # results -> $OUT/session.tgz
+# GPU 0 queue: the MPS gate (FastSAC walk flat, FlashSAC tracking), FlashSAC walk flat A/B, each role
+#              alone, env throughput. GPU 1 queue: the two 15 min learning runs (two segments each,
+#              joined by training.resume), side by side under MPS.
+# Daemons: one for both GPUs for the DP runs (one launcher = one environment = one pipe directory),
+# then one per GPU from `unilab mps start --gpu N` (pinned by UUID) for the two independent queues.
+set -u
+S=/tmp/session
+mkdir -p "$S"
+export PYTHONUNBUFFERED=1 PYTHONPATH=/root/devsite:$PWD
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+T="python3 -m unilab.cli.train"
+U="python3 -m unilab.cli.tools"
+log() { echo "=== $(date +%T) $*"; }
+SIMX=$(cat "$S/simx" 2>/dev/null || true)  # sim overrides decided by the GPU checks
+
+gpu_checks() {
+  log host; nvidia-smi -L; nvidia-smi --query-gpu=name,uuid,driver_version,compute_mode --format=csv,noheader
+  python3 -c "import torch, warp, mujoco_warp; print('torch', torch.__version__, 'warp', warp.__version__)"
+  log "GPU tests: captured task step == eager; compiled FastSAC passes in the update graph"
+  if timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_task_graph_cuda.py > "$S/test_task_graph.log" 2>&1; then
+    echo "" > "$S/simx"
+  else
+    echo "sim.task_cuda_graph=false" > "$S/simx"; echo "TASK GRAPH TEST FAILED: runs use sim.task_cuda_graph=false"
+  fi
+  tail -3 "$S/test_task_graph.log"
+  timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_fastsac.py tests/test_flashsac.py -k cuda \
+    > "$S/test_learners_cuda.log" 2>&1; tail -3 "$S/test_learners_cuda.log"
+  SIMX=$(cat "$S/simx")
+}
+
+dp_ab() {  # issue 7: 2 ranks, default vs MPS, one daemon serving both GPUs
+  mkdir -p /tmp/mps/pipe /tmp/mps/log
+  CUDA_MPS_PIPE_DIRECTORY=/tmp/mps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps/log nvidia-cuda-mps-control -d
+  local A="--algo fastsac --task g1_walk_flat training.devices=[0,1] task.num_envs=2048 algo.max_iterations=200 algo.save_interval=100000 training.log_dir=/tmp/dp $SIMX"
+  for mode in default mps; do
+    log "DP $mode"
+    CUDA_MPS_PIPE_DIRECTORY=/tmp/mps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps/log timeout 240 $T $A \
+      training.run_name=dp_$mode training.block_ambient_mps=true +execution=$mode > "$S/dp_$mode.log" 2>&1
+    echo "rc=$?"; tail -2 "$S/dp_$mode.log"
+    [ "$mode" = mps ] && echo get_server_list | CUDA_MPS_PIPE_DIRECTORY=/tmp/mps/pipe nvidia-cuda-mps-control
+  done
+  echo quit | CUDA_MPS_PIPE_DIRECTORY=/tmp/mps/pipe nvidia-cuda-mps-control; sleep 2
+}
+
+mps_tool() {  # issue 6: the tool against the real binary
+  log "unilab mps"
+  $U mps start --gpu 0; echo "start gpu0 rc=$?"
+  $U mps start --gpu 1; echo "start gpu1 rc=$?"
+  $U mps start --gpu 0; echo "second start on gpu0 (must refuse) rc=$?"
+  $U mps status; $U mps env --gpu 1
+  (eval "$($U mps env --gpu 0)"; $U mps doctor +execution=mps training.device=cuda:0; echo "doctor rc=$?")
+}
+
+gate() {  # algo task envs threshold
+  local name=$1_$2
+  log "gate $name"
+  (eval "$($U mps env --gpu 0)"
+   $T -m +execution=default,mps +bench=offpolicy_gate --algo $1 --task $2 training.device=cuda:0 \
+     task.num_envs=$3 training.log_dir=/tmp/gate/$name $SIMX > "$S/gate_$name.log" 2>&1
+   echo "multirun rc=$?")
+  $U bench compare /tmp/gate/$name --threshold-pct $4 --plot "$S/gate_$name.png" > "$S/gate_$name.txt" 2>&1
+  $U bench compare /tmp/gate/$name --threshold-pct $4 --json > "$S/gate_$name.json" 2>&1
+  cat "$S/gate_$name.txt"
+  # the two arms of seed 1: only the mode may differ (run_name/log paths are per run anyway)
+  local pair; pair=$(python3 - /tmp/gate/$name <<'PY'
+import json, pathlib, sys
+runs = {}
+for d in sorted(pathlib.Path(sys.argv[1]).glob("2*")):
+    t = json.loads((d / "run_config.json").read_text())["training"]
+    runs[(t["cuda_process_sharing"], t["seed"])] = str(d)
+print(runs.get((None, 1), ""), runs.get(("mps", 1), ""))
+PY
+)
+  $U config diff $pair > "$S/gate_${name}_diff.txt" 2>&1; echo "config diff rc=$?"; cat "$S/gate_${name}_diff.txt"
+}
+
+gpu0_queue() {
+  gate fastsac g1_walk_flat 2048 20
+  gate flashsac g1_motion_tracking 2048 10
+  gate flashsac g1_walk_flat 4096 10
+  log "roles alone (GPU 0, no MPS)"
+  local uuid0; uuid0=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0)
+  for spec in "fastsac g1_walk_flat 2048" "fastsac g1_walk_flat 2048 algo.compile=true" \
+              "flashsac g1_motion_tracking 2048" "flashsac g1_walk_flat 4096"; do
+    set -- $spec
+    local sets="${4:-} $SIMX"
+    CUDA_VISIBLE_DEVICES=$uuid0 timeout 300 python3 benchmarks/roles_alone.py --algo $1 --task $2 --envs $3 \
+      --set $sets --json "$S/roles_$1_$2_$3${4:+_compile}.json" 2>&1 | grep -E "ms|per_s|Error"
+  done
+  log "env throughput (GPU 0)"
+  for g in "" --no-task-graph; do
+    CUDA_VISIBLE_DEVICES=$uuid0 timeout 240 python3 benchmarks/env_throughput.py --tasks g1_walk_flat g1_motion_tracking \
+      --envs 2048 4096 --iters 100 $g --json "$S/env${g:+_eager}.json" 2>&1 | grep -E "\||graph"
+  done
+  log "gpu0 queue done"
+}
+
+learn() {  # name algo task envs keys...
+  local name=$1 algo=$2 task=$3 envs=$4; shift 4
+  (eval "$($U mps env --gpu 1)"
+   local A="--algo $algo --task $task training.device=cuda:0 task.num_envs=$envs algo.max_iterations=10000000 algo.save_interval=1000 training.log_dir=/tmp/learn +execution=mps $SIMX"
+   timeout -s TERM 450 $T $A training.run_name=$name > "$S/learn_${name}_1.log" 2>&1; echo "$name segment 1 rc=$?"
+   timeout -s TERM 450 $T $A training.resume=/tmp/learn/$name > "$S/learn_${name}_2.log" 2>&1; echo "$name segment 2 rc=$?")
+  python3 benchmarks/plot_run.py /tmp/learn/$name --out "$S/learn_$name.png" --keys "$@" 2>&1 | tail -2
+}
+
+gpu1_queue() {
+  learn walk fastsac g1_walk_flat 4096 episode_length episode_return rew/track_lin_vel_xy rew/track_ang_vel_z &
+  learn track flashsac g1_motion_tracking 2048 episode_length episode_return metrics/body_pos_error metrics/anchor_pos_error &
+  wait
+  log "gpu1 queue done"
+}
+
+case "${1:-}" in
+  start)
+    gpu_checks
+    dp_ab
+    mps_tool
+    setsid nohup bash "$0" gpu1 > "$S/gpu1.log" 2>&1 < /dev/null &
+    setsid nohup bash "$0" gpu0 > "$S/gpu0.log" 2>&1 < /dev/null &
+    sleep 2; log "queues started" ;;
+  gpu0) gpu0_queue ;;
+  gpu1) gpu1_queue ;;
+  wait)
+    end=$(( $(date +%s) + ${2:-500} ))
+    while [ "$(date +%s)" -lt "$end" ]; do
+      grep -q "gpu0 queue done" "$S/gpu0.log" 2>/dev/null && grep -q "gpu1 queue done" "$S/gpu1.log" 2>/dev/null && break
+      sleep 10
+    done
+    log "start"; tail -30 "$S/start.log"; log "gpu0"; tail -25 "$S/gpu0.log" 2>/dev/null
+    log "gpu1"; tail -8 "$S/gpu1.log" 2>/dev/null
+    for f in /tmp/learn/*/metrics.jsonl; do [ -f "$f" ] && echo "$f $(wc -l < "$f") $(tail -1 "$f" | cut -c1-300)"; done ;;
+  collect)
+    $U mps stop --gpu 0; $U mps stop --gpu 1; $U mps status
+    tar -czf "$OUT/session.tgz" --exclude='*.pt' --exclude='tensorboard' "$S" /tmp/dp /tmp/gate /tmp/learn 2>/dev/null
+    ls -la "$OUT" ;;
+  *) echo "usage: $0 start|wait S|collect"; exit 2 ;;
+esac
