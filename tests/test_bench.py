@@ -22,7 +22,8 @@ SPREAD = 500.0  # the last 100 rows alternate mean - SPREAD, mean + SPREAD
 def make_run(root: Path, name: str, *, mode: str | None, sps: float, seed: int = 1, rows: int = ITERATIONS,
              status: str = "completed", effective: str | None = "auto", clients: bool = True,
              backpressure_every: int = 0, nan_trips: int = 0, daemon_reachable: bool = False,
-             num_envs: int = 4096, algo: str = "fastsac", task: str = "g1_walk_flat") -> Path:
+             num_envs: int = 4096, algo: str = "fastsac", task: str = "g1_walk_flat",
+             blocked: bool = False) -> Path:
     run = root / name
     run.mkdir(parents=True)
     lines = []
@@ -58,7 +59,8 @@ def make_run(root: Path, name: str, *, mode: str | None, sps: float, seed: int =
     (run / "run_config.json").write_text(json.dumps(
         {"algo": {"name": algo, "max_iterations": ITERATIONS}, "task": {"name": task, "num_envs": num_envs},
          "sim": {"backend": "mjwarp"},
-         "training": {"cuda_process_sharing": mode, "seed": seed, "run_name": name, "log_dir": str(root)}}))
+         "training": {"cuda_process_sharing": mode, "seed": seed, "run_name": name, "log_dir": str(root),
+                      "block_ambient_mps": blocked}}))
     return run
 
 
@@ -198,6 +200,20 @@ def test_compare_flags_a_baseline_that_reached_a_daemon(tmp_path, capsys):
     runs = ab_runs(tmp_path)
     make_run(tmp_path / "x", "base3", mode=None, sps=51_000, seed=3, daemon_reachable=True)
     code, report = compare_json(capsys, *runs, tmp_path / "x" / "base3")
+    assert code == 1 and gates(report)["baseline_without_mps"] is False
+
+
+def test_compare_accepts_a_baseline_that_blocked_the_daemon(tmp_path, capsys):
+    """training.block_ambient_mps (the gate preset): a reachable daemon does not taint the baseline, as long
+    as the launcher found neither child among its clients (effective stays null)."""
+    # the preset sets it for both arms (the MPS arm ignores it): configs differ only in the mode
+    runs = [make_run(tmp_path, "base1", mode=None, sps=50_000, seed=1, daemon_reachable=True, blocked=True),
+            make_run(tmp_path, "mps1", mode="mps", sps=62_000, seed=1, blocked=True)]
+    code, report = compare_json(capsys, *runs)
+    assert code == 0 and gates(report)["baseline_without_mps"] is True
+    make_run(tmp_path / "y", "base2", mode=None, sps=51_000, seed=2, daemon_reachable=True, blocked=True,
+             effective="mps")
+    code, report = compare_json(capsys, *runs, tmp_path / "y" / "base2")
     assert code == 1 and gates(report)["baseline_without_mps"] is False
 
 

@@ -131,9 +131,12 @@ def _group(algo: str, task: str, runs: list[dict], opts: CompareOptions) -> dict
     gates.append(_gate("mps_observed", not unseen,
                        f"effective {opts.candidate_mode} with learner and collector client pids in every "
                        f"{opts.candidate_mode} run" if not unseen else "no MPS evidence in " + ", ".join(unseen)))
-    # A baseline run that reached a live daemon (inherited CUDA_MPS_PIPE_DIRECTORY) may itself have run under MPS.
+    # A baseline run that reached a live daemon (inherited CUDA_MPS_PIPE_DIRECTORY) may itself have run under MPS,
+    # unless its children were pointed away from it (training.block_ambient_mps) and the launcher then found
+    # neither of them among the daemon's clients (effective stays null).
     tainted = [Path(r["run"]).name for r in baseline
-               if r["evidence"]["effective"] is not None or r["evidence"]["daemon_reachable"]]
+               if r["evidence"]["effective"] is not None
+               or (r["evidence"]["daemon_reachable"] and not r["evidence"]["ambient_mps_blocked"])]
     gates.append(_gate("baseline_without_mps", not tainted,
                        "no MPS daemon reachable from the baseline runs" if not tainted else
                        "an MPS daemon was reachable from " + ", ".join(tainted)

@@ -102,6 +102,7 @@ def extract(run: str | Path, *, last: int = DEFAULT_LAST, skip_first: int = DEFA
             "client_pids": sharing.get("client_pids") or {},
             "server_pid": sharing.get("server_pid"),
             "daemon_reachable": sharing.get("daemon_reachable"),
+            "ambient_mps_blocked": bool((config.get("training") or {}).get("block_ambient_mps")),
             "gpu_uuid": sharing.get("gpu_uuid"),
             "gpu_name": sharing.get("gpu_name"),
             "compute_mode": sharing.get("compute_mode"),

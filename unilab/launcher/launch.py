@@ -39,6 +39,8 @@ class _State:
     stop_deadline: float | None = None
     interrupted_by: str | None = None
     terminated: bool = False
+    finished: set = field(default_factory=set)  # learners that delivered their summary
+    notes: list = field(default_factory=list)
 
 
 def launch(prepared: PreparedRun, cfg: DictConfig) -> int:
@@ -112,6 +114,7 @@ def launch(prepared: PreparedRun, cfg: DictConfig) -> int:
         exit_codes={name: p.exitcode for name, p in procs.items()},
         final_metrics=state.learner_summary.get("final_metrics") or {},
         data_parallel=state.learner_summary.get("data_parallel"),
+        notes=state.notes,
     )
     summary.write(prepared.run_dir)
     print(f"unilab: run {summary.status}{': ' + summary.cause if summary.cause else ''} -> {prepared.run_dir}",
@@ -137,14 +140,19 @@ def _supervise(prepared, ranks, procs, to_launcher, stop_event, go_event, state:
         if not any(alive.values()):
             _drain(to_launcher, state, spec0)
             for name, p in procs.items():
-                if p.exitcode not in (0, None) and state.status != "failed":
+                if p.exitcode in (0, None):
+                    continue
+                if name in state.finished:  # its work and summary were in; only its teardown hung
+                    state.notes.append(f"the {name} had reported its summary but did not exit; it was stopped "
+                                       f"(exit code {p.exitcode})")
+                elif state.status != "failed":
                     _fail(state, "failed", f"the {name} exited with code {p.exitcode}", name, None, stop_event)
             if state.status is None:
                 state.status, state.cause = "failed", "the processes ended without a summary"
             return
         dead = [name for name, is_alive in alive.items() if not is_alive]
         if dead and state.stop_deadline is None:
-            crashed = [n for n in dead if procs[n].exitcode not in (0, None)]
+            crashed = [n for n in dead if procs[n].exitcode not in (0, None) and n not in state.finished]
             if crashed and state.status is None:
                 _fail(state, "failed", f"the {crashed[0]} exited with code {procs[crashed[0]].exitcode}",
                       crashed[0], None, stop_event)
@@ -180,10 +188,12 @@ def _handle(msg, prepared, ranks, state: _State, stop_event, go_event, spec0) ->
             go_event.set()
     elif kind == "error":
         _fail(state, "failed", f"the {name} raised an exception", name, msg[2], stop_event)
-    elif kind == "finished" and name == spec0.name("learner"):
-        state.learner_summary = msg[2] or {}
-        if state.status is None:
-            state.status = state.learner_summary.get("status")
+    elif kind == "finished":
+        state.finished.add(name)
+        if name == spec0.name("learner"):
+            state.learner_summary = msg[2] or {}
+            if state.status is None:
+                state.status = state.learner_summary.get("status")
 
 
 def _fail(state: _State, status: str, cause: str, role, tb, stop_event) -> None:
@@ -206,8 +216,10 @@ def _drain(to_launcher, state: _State, spec0) -> None:
         if msg[0] == "error" and state.traceback is None:
             state.traceback = msg[2]
             state.failed_role = state.failed_role or msg[1]
-        elif msg[0] == "finished" and msg[1] == spec0.name("learner"):
-            state.learner_summary = msg[2] or {}
+        elif msg[0] == "finished":
+            state.finished.add(msg[1])
+            if msg[1] == spec0.name("learner"):
+                state.learner_summary = msg[2] or {}
             if state.status is None:
                 state.status = state.learner_summary.get("status")
 

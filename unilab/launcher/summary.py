@@ -24,6 +24,7 @@ class RunSummary(BaseModel):
     exit_codes: dict[str, Optional[int]] = Field(default_factory=dict)
     final_metrics: dict[str, Any] = Field(default_factory=dict)
     data_parallel: Optional[dict[str, Any]] = None
+    notes: list[str] = Field(default_factory=list)
 
     def write(self, run_dir: str | Path) -> Path:
         return write_json_atomic(Path(run_dir) / SUMMARY_FILE, self.model_dump(mode="json"))

@@ -12,6 +12,8 @@ one by one update phase.
 from __future__ import annotations
 
 import math
+import os
+import sys
 import time
 import traceback
 
@@ -22,6 +24,7 @@ from .spec import RoleSpec, report_ready
 def learner_main(spec: RoleSpec, inbox, to_collector, to_launcher, stop_event, go_event) -> None:
     become_child("learner")
     loop = None
+    code = 0
     try:
         loop = LearnerLoop(spec, Mailbox(spec.name("learner"), inbox, stop_event), to_collector, to_launcher,
                            go_event)
@@ -32,11 +35,22 @@ def learner_main(spec: RoleSpec, inbox, to_collector, to_launcher, stop_event, g
         to_launcher.put(("finished", spec.name("learner"), loop.save_on_stop() if loop else {}))
     except BaseException:
         to_launcher.put(("error", spec.name("learner"), traceback.format_exc()))
-        raise SystemExit(1)
+        code = 1
     finally:
         to_collector.put(("stop",))
         if loop is not None:
             loop.close()
+    if spec.world_size > 1:
+        # Seen on two H200s: after NCCL collectives captured in CUDA graphs, the learners hung in their
+        # teardown. Everything is saved and reported: flush the launcher queue and leave at once.
+        to_collector.cancel_join_thread()
+        to_launcher.close()
+        to_launcher.join_thread()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    if code:
+        raise SystemExit(code)
 
 
 class LearnerLoop:
@@ -274,8 +288,8 @@ class LearnerLoop:
         self.metrics.close()
         import torch.distributed as dist
 
-        if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
+        if dist.is_available() and dist.is_initialized() and self.device.type == "cpu":
+            dist.destroy_process_group()  # NCCL's is skipped: the process exits right after (learner_main)
 
 
 def _join_process_group(spec: RoleSpec, device) -> None:
