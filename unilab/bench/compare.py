@@ -138,7 +138,8 @@ def _group(algo: str, task: str, runs: list[dict], opts: CompareOptions) -> dict
                if r["evidence"]["effective"] is not None
                or (r["evidence"]["daemon_reachable"] and not r["evidence"]["ambient_mps_blocked"])]
     gates.append(_gate("baseline_without_mps", not tainted,
-                       "no MPS daemon reachable from the baseline runs" if not tainted else
+                       "the baseline runs had no MPS (no daemon reachable, or blocked and not its clients)"
+                       if not tainted else
                        "an MPS daemon was reachable from " + ", ".join(tainted)
                        + " (its processes may have run under MPS)"))
     bp_base, bp_cand = base["counters"]["ingress_backpressure"]["mean"], cand["counters"]["ingress_backpressure"]["mean"]

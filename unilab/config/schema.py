@@ -45,7 +45,10 @@ class TrainingConfig(ExecutionConfig):
     log_dir: str = "runs"
     run_name: Optional[str] = None
     resume: Optional[str] = None
-    resume_refill_fraction: float = 0.25  # of replay capacity refilled before a resumed run updates
+    # Share of the replay capacity refilled (acting with the restored policy) before a resumed run updates.
+    # All envs restart at once, so a small refill holds only early-episode states: 25 % let the FastSAC
+    # walk run collapse at the resume on the H200 (recovered in ~5 M steps); a full refill is the default.
+    resume_refill_fraction: float = 1.0
     env_steps_per_sync: int = 1
     # null mode only: point the children at an empty pipe directory, so that a running MPS daemon
     # cannot take them as clients (a clean non-MPS baseline for A/B runs from one shell).

@@ -102,7 +102,7 @@ class LearnerLoop:
             # a few thousand fresh samples and a full update cycle would overfit and wreck the policy.
             self.learner.publish_policy()
             self.trained_once = True
-            fraction = float(spec.training.get("resume_refill_fraction", 0.25))
+            fraction = float(spec.training.get("resume_refill_fraction", 1.0))
             self.min_replay_to_update = int(self.learner.replay.capacity * fraction)
         self.segment_start = self.iteration
         self.max_iterations = int(algo["max_iterations"])
