@@ -249,3 +249,42 @@ def test_null_mode_can_block_an_ambient_daemon(tmp_path, fake_host, daemon):
     assert sharing["configured"] is None and sharing["effective"] is None and not sharing["client_pids"]
     assert any("block_ambient_mps" in note for note in sharing["notes"])
     assert summary(run)["status"] == "completed"
+
+
+class _ExitedProcess:
+    """A child as the launcher's supervisor sees it once it has ended (host fact)."""
+
+    def __init__(self, exitcode: int):
+        self.exitcode = exitcode
+
+    def is_alive(self) -> bool:
+        return False
+
+
+class _Spec:
+    startup_timeout_s = 60.0
+
+    @staticmethod
+    def name(role: str) -> str:
+        return f"{role}[0]"
+
+
+@pytest.mark.parametrize("reported", [True, False])
+def test_a_learner_killed_in_teardown_after_its_summary_does_not_fail_the_run(reported):
+    """Seen with NCCL on two H200s: the learner reports, then hangs in teardown and is killed (-9)."""
+    import queue
+    import threading
+
+    from unilab.launcher.launch import _State, _supervise
+
+    inbox = queue.Queue()
+    if reported:
+        inbox.put(("finished", "learner[0]", {"status": "completed", "iterations": 5}))
+    procs = {"learner[0]": _ExitedProcess(-9), "collector[0]": _ExitedProcess(0)}
+    state = _State(verified=True)
+    _supervise(None, [(_Spec(), {}, None, "cuda:0")], procs, inbox, threading.Event(), threading.Event(), state)
+    if reported:
+        assert state.status == "completed" and state.learner_summary["iterations"] == 5
+        assert any("learner[0]" in note and "-9" in note for note in state.notes)
+    else:
+        assert state.status == "failed" and state.cause == "the learner[0] exited with code -9"
