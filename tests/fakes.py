@@ -43,6 +43,7 @@ class FakeMpsDaemon:
         self.servers: dict[int, list[int]] = {}
         # Report every multiprocessing child on this host as a client (as if they had reached the daemon).
         self.clients_from_proc = False
+        self.client_env: dict[int, dict[str, str]] = {}  # CUDA_MPS_* variables of the clients it reported
         self.commands: list[str] = []
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
@@ -96,16 +97,19 @@ class FakeMpsDaemon:
         if verb == "get_client_list" and arg.strip().isdigit():
             clients = self.servers.get(int(arg), [])
             if self.clients_from_proc:
-                clients = clients + _spawned_children(self.pipe_dir)
+                children = _spawned_children(self.pipe_dir)
+                self.client_env.update(children)
+                clients = clients + list(children)
             return "".join(f"{pid}\n" for pid in clients)
         return ""
 
 
-def _spawned_children(pipe_dir: Path) -> list[int]:
+def _spawned_children(pipe_dir: Path) -> dict[int, dict[str, str]]:
     """multiprocessing children whose environment points at this daemon's pipe directory (a CUDA
-    process reaches the daemon of the CUDA_MPS_PIPE_DIRECTORY it started with, none other)."""
+    process reaches the daemon of the CUDA_MPS_PIPE_DIRECTORY it started with, none other), with
+    their CUDA_MPS_* variables."""
     wanted = f"CUDA_MPS_PIPE_DIRECTORY={pipe_dir}".encode()
-    pids = []
+    pids = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
@@ -113,8 +117,9 @@ def _spawned_children(pipe_dir: Path) -> list[int]:
                     if b"spawn_main" not in f.read():
                         continue
                 with open(f"/proc/{entry}/environ", "rb") as f:
-                    if wanted in f.read().split(b"\0"):
-                        pids.append(int(entry))
+                    env = f.read().split(b"\0")
+                if wanted in env:
+                    pids[int(entry)] = dict(e.decode().split("=", 1) for e in env if e.startswith(b"CUDA_MPS_"))
             except OSError:
                 continue
     return pids

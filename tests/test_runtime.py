@@ -224,6 +224,36 @@ def test_two_ranks_on_cpu_stay_in_sync(tmp_path):
     assert dp["world_size"] == 2 and dp["actor_params_equal"] is True, dp
 
 
+def test_mps_thread_percentage_per_role(tmp_path, monkeypatch, mps_env, daemon):
+    """training.mps_active_thread_percentage: each child starts with its own share; the manifest notes it."""
+    import unilab.execution.probe as probe_mod
+    from fakes import FakeNvml
+    from unilab.cli.train import main as train_main
+    from unilab.execution import HostFacts
+
+    real_probe = probe_mod.probe_cuda_process_sharing
+
+    def probe_as_if_cuda(requested, learner_device, collector_device, *, backend, host=None, timeout_s=5.0):
+        ev = real_probe(requested, "cuda:0", "cuda:0", backend=backend, timeout_s=timeout_s,
+                        host=HostFacts(platform="linux", env=mps_env, nvml=FakeNvml()))
+        return ev.model_copy(update={"learner_device": learner_device, "collector_device": collector_device})
+
+    monkeypatch.setattr(probe_mod, "probe_cuda_process_sharing", probe_as_if_cuda)
+    for key, value in mps_env.items():
+        monkeypatch.setenv(key, value)
+    daemon.servers[4242] = []
+    daemon.clients_from_proc = True
+    train_main([*SMOKE, f"training.log_dir={tmp_path}", "+execution=mps", "algo.max_iterations=3",
+                "training.mps_active_thread_percentage.learner=30",
+                "training.mps_active_thread_percentage.collector=70"])
+    sharing = json.loads((only_run(tmp_path) / "runtime_manifest.json").read_text())["cuda_process_sharing"]
+    assert sharing["effective"] == "mps"
+    pids = sharing["client_pids"]
+    shares = {role: daemon.client_env[pid].get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") for role, pid in pids.items()}
+    assert shares == {"learner": "30", "collector": "70"}
+    assert any("=30 for the learner" in note for note in sharing["notes"])
+
+
 def test_null_mode_records_ambient_mps(tmp_path, fake_host, daemon):
     """No mode requested, but a daemon is reachable and the children are its clients: the manifest says so."""
     from unilab.cli.train import main as train_main

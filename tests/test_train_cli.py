@@ -93,6 +93,18 @@ def test_cpu_learner_with_mps_fails_closed(tmp_path, spies, capsys, fake_host):
     assert not log_dir.exists() and spies[0].calls == []
 
 
+@pytest.mark.parametrize("mode, share, needle", [
+    ("+execution=mps", 0, "expected 1 to 100"),
+    ("+execution=mps", 101, "expected 1 to 100"),
+    ("+execution=default", 50, "applies to MPS clients only"),
+])
+def test_bad_thread_share_fails_before_the_run(tmp_path, spies, capsys, fake_host, daemon, mode, share, needle):
+    log_dir = tmp_path / "runs"
+    code = run_train(mode, f"training.mps_active_thread_percentage.learner={share}", f"training.log_dir={log_dir}")
+    assert code == 2 and needle in capsys.readouterr().err
+    assert run_dirs(log_dir) == [] and spies[0].calls == []
+
+
 def test_mps_valid_writes_evidence(tmp_path, spies, fake_host, daemon):
     log_dir = tmp_path / "runs"
     assert run_train("+execution=mps", f"training.log_dir={log_dir}") == 0

@@ -36,6 +36,15 @@ class NanGuardConfig:
 
 
 @dataclass
+class MpsThreadShare:
+    """CUDA_MPS_ACTIVE_THREAD_PERCENTAGE per role (1-100; null: unset). An experiment knob for
+    `+execution=mps` runs: it caps the SMs a role's kernels may occupy. Refused in null mode."""
+
+    learner: Optional[int] = None
+    collector: Optional[int] = None
+
+
+@dataclass
 class TrainingConfig(ExecutionConfig):
     device: str = "cuda:0"
     learner_device: str = "${training.device}"
@@ -53,6 +62,7 @@ class TrainingConfig(ExecutionConfig):
     # null mode only: point the children at an empty pipe directory, so that a running MPS daemon
     # cannot take them as clients (a clean non-MPS baseline for A/B runs from one shell).
     block_ambient_mps: bool = False
+    mps_active_thread_percentage: MpsThreadShare = field(default_factory=MpsThreadShare)
     no_play: bool = True
     export_onnx: bool = False
     nan_guard: NanGuardConfig = field(default_factory=NanGuardConfig)

@@ -122,9 +122,24 @@ def _archive_segment(run_dir: Path) -> None:
             (run_dir / name).replace(target / name)
 
 
+def thread_shares(training: dict) -> dict[str, int]:
+    """role -> CUDA_MPS_ACTIVE_THREAD_PERCENTAGE from training.mps_active_thread_percentage (checked)."""
+    shares = {role: value for role, value in (training.get("mps_active_thread_percentage") or {}).items()
+              if value is not None}
+    for role, value in shares.items():
+        if not 1 <= int(value) <= 100:
+            raise ConfigError(f"training.mps_active_thread_percentage.{role}={value}: expected 1 to 100 (percent "
+                              "of the GPU's SMs a role's kernels may use), or null")
+    if shares and training.get("cuda_process_sharing") != "mps":
+        raise ConfigError("training.mps_active_thread_percentage applies to MPS clients only: add +execution=mps "
+                          "or leave it null")
+    return {role: int(value) for role, value in shares.items()}
+
+
 def prepare_run(cfg: DictConfig) -> PreparedRun:
     evidence = execution_evidence(cfg)
     config = resolved_config(cfg)
+    thread_shares(config["training"])
     devices = rank_devices(config["training"])
     _check_gpus_visible(devices)
     per_rank = _rank_evidence(evidence, devices, float(config["training"]["mps_probe_timeout_s"]))
