@@ -174,17 +174,17 @@ def test_children_exit_when_the_launcher_dies(tmp_path):
         proc.kill()
 
 
-def test_mps_attachment_failure_stops_the_run(tmp_path, monkeypatch, capsys, mps_env, daemon):
-    """The children are not clients of the (fake) daemon: exit 2, both stopped, the process named."""
+@pytest.fixture
+def mps_on_cpu_children(monkeypatch, mps_env):
+    """An MPS run whose children live on this CPU host: the probe is answered as if they were on cuda:0
+    (with the fake NVML and daemon), the rest of the launcher runs for real."""
     import unilab.execution.probe as probe_mod
     from fakes import FakeNvml
-    from unilab.cli.train import main as train_main
     from unilab.execution import HostFacts
 
     real_probe = probe_mod.probe_cuda_process_sharing
 
     def probe_as_if_cuda(requested, learner_device, collector_device, *, backend, host=None, timeout_s=5.0):
-        # This CPU host cannot give the children a CUDA context; probe as if they were on cuda:0.
         ev = real_probe(requested, "cuda:0", "cuda:0", backend=backend, timeout_s=timeout_s,
                         host=HostFacts(platform="linux", env=mps_env, nvml=FakeNvml()))
         return ev.model_copy(update={"learner_device": learner_device, "collector_device": collector_device})
@@ -192,6 +192,12 @@ def test_mps_attachment_failure_stops_the_run(tmp_path, monkeypatch, capsys, mps
     monkeypatch.setattr(probe_mod, "probe_cuda_process_sharing", probe_as_if_cuda)
     for key, value in mps_env.items():
         monkeypatch.setenv(key, value)
+
+
+def test_mps_attachment_failure_stops_the_run(tmp_path, capsys, mps_on_cpu_children, daemon):
+    """The children are not clients of the (fake) daemon: exit 2, both stopped, the process named."""
+    from unilab.cli.train import main as train_main
+
     args = [*SMOKE, f"training.log_dir={tmp_path}", "+execution=mps", "training.mps_attach_timeout_s=2"]
     with pytest.raises(SystemExit) as info:
         train_main(args)
@@ -224,23 +230,10 @@ def test_two_ranks_on_cpu_stay_in_sync(tmp_path):
     assert dp["world_size"] == 2 and dp["actor_params_equal"] is True, dp
 
 
-def test_mps_thread_percentage_per_role(tmp_path, monkeypatch, mps_env, daemon):
+def test_mps_thread_percentage_per_role(tmp_path, mps_on_cpu_children, daemon):
     """training.mps_active_thread_percentage: each child starts with its own share; the manifest notes it."""
-    import unilab.execution.probe as probe_mod
-    from fakes import FakeNvml
     from unilab.cli.train import main as train_main
-    from unilab.execution import HostFacts
 
-    real_probe = probe_mod.probe_cuda_process_sharing
-
-    def probe_as_if_cuda(requested, learner_device, collector_device, *, backend, host=None, timeout_s=5.0):
-        ev = real_probe(requested, "cuda:0", "cuda:0", backend=backend, timeout_s=timeout_s,
-                        host=HostFacts(platform="linux", env=mps_env, nvml=FakeNvml()))
-        return ev.model_copy(update={"learner_device": learner_device, "collector_device": collector_device})
-
-    monkeypatch.setattr(probe_mod, "probe_cuda_process_sharing", probe_as_if_cuda)
-    for key, value in mps_env.items():
-        monkeypatch.setenv(key, value)
     daemon.servers[4242] = []
     daemon.clients_from_proc = True
     train_main([*SMOKE, f"training.log_dir={tmp_path}", "+execution=mps", "algo.max_iterations=3",
