@@ -49,7 +49,8 @@ def pid_alive(pid: int) -> bool:
 def finished_run(tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("e2e")
     done = train(log_dir, "--algo", "fastsac", "--task", "g1_walk_flat", "algo.max_iterations=20",
-                 "algo.save_interval=10", "training.tensorboard=true")
+                 "algo.save_interval=10", "training.tensorboard=true",
+                 "training.no_play=false", "training.play_envs=4", "training.play_steps=12")
     assert done.returncode == 0, done.stderr[-4000:]
     return log_dir, only_run(log_dir), done
 
@@ -78,6 +79,25 @@ def test_fastsac_walk_flat_trains_end_to_end(finished_run):
     assert list((run / "tensorboard").glob("events.*"))
     assert "steps/s" in done.stderr  # the console progress line
     assert not pid_alive(rank["learner_pid"]) and not pid_alive(rank["collector_pid"])
+
+
+def test_play_after_a_completed_run(finished_run):
+    """training.no_play=false: the trained policy plays from a fresh reset; play.json and the summary say how."""
+    from unilab.cli.tools import main as tools_main
+
+    _, run, done = finished_run
+    report = json.loads((run / "play.json").read_text())
+    assert report == summary(run)["play"]
+    assert (report["num_envs"], report["steps"], report["iteration"]) == (4, 12, 20)
+    assert 0 < report["mean_length"] <= 12 and math.isfinite(report["mean_return"])
+    assert 0.0 <= report["terminated_fraction"] <= 1.0 and "unilab: play: 4 envs x 12 steps" in done.stderr
+    # the same from the tool, on any run directory and checkpoint
+    assert tools_main(["play", str(run), "--envs", "2", "--steps", "3",
+                       "--checkpoint", str(run / "checkpoints" / "iter_0000010.pt")]) == 0
+    report = json.loads((run / "play.json").read_text())
+    assert (report["num_envs"], report["steps"], report["iteration"]) == (2, 3, 10)
+    assert report["mean_length"] <= 3
+    assert tools_main(["play", str(run.parent / "no_such_run")]) == 2
 
 
 def test_resume_continues_iterations_and_logs(finished_run):

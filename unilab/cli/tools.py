@@ -40,6 +40,12 @@ def _motion_synth(args) -> int:
     return synth_main(args.rest)
 
 
+def _play(args) -> int:
+    from unilab.runtime.play import main as play_main
+
+    return play_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="unilab", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -64,6 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
     synth = motsub.add_parser("synth", help="write a keyframed G1 clip (unilab motion synth --help)", add_help=False)
     synth.add_argument("rest", nargs=argparse.REMAINDER)
     synth.set_defaults(func=_motion_synth)
+
+    play = sub.add_parser("play", help="play a run's policy deterministically and report its episodes (play.json)")
+    play.add_argument("run", help="run directory")
+    play.add_argument("--checkpoint", help="checkpoint file (default: the run's latest)")
+    play.add_argument("--device", help="default: the run's training.device")
+    play.add_argument("--envs", type=int, help="default: the run's task.num_envs")
+    play.add_argument("--steps", type=int, help="control steps (default: one full episode)")
+    play.set_defaults(func=_play)
 
     from unilab.bench.cli import add_bench_parser
     from unilab.mpstool.cli import add_mps_parser

@@ -63,7 +63,9 @@ class TrainingConfig(ExecutionConfig):
     # cannot take them as clients (a clean non-MPS baseline for A/B runs from one shell).
     block_ambient_mps: bool = False
     mps_active_thread_percentage: MpsThreadShare = field(default_factory=MpsThreadShare)
-    no_play: bool = True
+    no_play: bool = True  # false: after a completed run, play the policy deterministically (play.json)
+    play_envs: Optional[int] = None  # envs of that play (null: task.num_envs)
+    play_steps: Optional[int] = None  # control steps of that play (null: one full episode)
     export_onnx: bool = False
     nan_guard: NanGuardConfig = field(default_factory=NanGuardConfig)
     mps_probe_timeout_s: float = 5.0

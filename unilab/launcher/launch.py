@@ -119,12 +119,39 @@ def launch(prepared: PreparedRun, cfg: DictConfig) -> int:
         data_parallel=state.learner_summary.get("data_parallel"),
         notes=state.notes,
     )
+    if summary.status == "completed" and not training.get("no_play", True):
+        summary.play = _play(ctx, prepared, ranks[0], float(training["startup_timeout_s"]))
     summary.write(prepared.run_dir)
     print(f"unilab: run {summary.status}{': ' + summary.cause if summary.cause else ''} -> {prepared.run_dir}",
           file=sys.stderr)
     if state.failed_role == "launcher" and state.cause and state.cause.startswith(Prerequisite.CLIENTS_ATTACHED.value):
         return EXIT_USAGE
     return {"completed": EXIT_COMPLETED, "interrupted": EXIT_INTERRUPTED}.get(summary.status, EXIT_FAILED)
+
+
+def _play(ctx, prepared, rank0, timeout_s: float) -> dict:
+    """Play the trained policy in a fresh process on rank 0's device and environment (MPS included)."""
+    from unilab.runtime.play import describe, play_main
+
+    spec, env, _evidence, _device = rank0
+    out = ctx.Queue()
+    proc = ctx.Process(target=play_main, name="unilab-play", args=(str(prepared.run_dir), prepared.config,
+                                                                 spec.device, out))
+    with environ(env):
+        proc.start()
+    try:
+        kind, payload = out.get(timeout=timeout_s)
+    except queue.Empty:
+        kind, payload = "error", f"play did not finish within {timeout_s:g} s"
+    proc.join(timeout=STOP_GRACE_S)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+    if kind == "ok":
+        print(f"unilab: {describe(payload)}", file=sys.stderr)
+        return payload
+    print(f"unilab: play failed:\n{payload}", file=sys.stderr)
+    return {"error": payload}
 
 
 def _supervise(prepared, ranks, procs, to_launcher, stop_event, go_event, state: _State) -> None:

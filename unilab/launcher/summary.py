@@ -25,6 +25,7 @@ class RunSummary(BaseModel):
     final_metrics: dict[str, Any] = Field(default_factory=dict)
     data_parallel: Optional[dict[str, Any]] = None
     notes: list[str] = Field(default_factory=list)
+    play: Optional[dict[str, Any]] = None  # the play report (training.no_play=false), or {"error": ...}
 
     def write(self, run_dir: str | Path) -> Path:
         return write_json_atomic(Path(run_dir) / SUMMARY_FILE, self.model_dump(mode="json"))

@@ -1,0 +1,102 @@
+"""Play: roll a trained policy out deterministically and report how its episodes went (play.json).
+
+Runs after a completed training run when `training.no_play=false` (in its own process, so that the
+launcher never initialises CUDA), or on any run directory with `unilab play RUN`. Every env plays
+its first episode, from a fresh reset, for at most `steps` control steps (default: one full
+episode); the report counts the envs whose episode ended early (terminated) or at its limit.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+PLAY_FILE = "play.json"
+
+
+def play(run_dir: str | Path, config: dict, device: str, *, checkpoint: str | None = None,
+         num_envs: int | None = None, steps: int | None = None) -> dict[str, Any]:
+    import torch
+
+    from unilab.algos.base import make_learner
+    from unilab.evidence.atomic import write_json_atomic
+    from unilab.tasks import make_env
+
+    from .checkpoint import find_checkpoint, load_checkpoint
+    from .learner import _attrs
+
+    ckpt = find_checkpoint(str(checkpoint or run_dir))
+    task = {**config["task"], **({"num_envs": int(num_envs)} if num_envs else {})}
+    seed = int(config["training"]["seed"]) + 7919  # not the training envs' seed
+    env = make_env(task, config["sim"], device, seed)
+    n = env.num_envs
+    # The replay is never sampled here: keep it one batch of envs small.
+    algo = _attrs({**config["algo"], "replay_capacity": n})
+    learner = make_learner(algo, env.obs_dim, env.critic_obs_dim, env.action_dim, torch.device(device), seed)
+    state = load_checkpoint(ckpt, device)
+    learner.load_state_dict(state["learner"])
+    steps = int(steps or env.max_episode_length)
+
+    obs = env.reset()
+    dev = env.device
+    ret = torch.zeros(n, device=dev)
+    length = torch.zeros(n, device=dev)
+    finished = torch.zeros(n, dtype=torch.bool, device=dev)
+    early = torch.zeros(n, dtype=torch.bool, device=dev)
+    with torch.no_grad():
+        for _ in range(steps):
+            action = learner.act(obs, deterministic=True)
+            obs, _, reward, terminated, truncated, _ = env.step(action)
+            active = ~finished
+            ret += reward * active
+            length += active.float()
+            early |= terminated & active
+            finished |= (terminated | truncated) & active
+    report = {
+        "checkpoint": str(ckpt),
+        "iteration": int(state["iteration"]),
+        "device": device,
+        "num_envs": n,
+        "steps": steps,
+        "max_episode_length": int(env.max_episode_length),
+        "episodes_finished": int(finished.sum()),
+        "terminated_fraction": float(early.float().mean()),
+        "mean_return": float(ret.mean()),
+        "mean_length": float(length.mean()),
+    }
+    write_json_atomic(Path(run_dir) / PLAY_FILE, report)
+    return report
+
+
+def play_main(run_dir: str, config: dict, device: str, out) -> None:
+    """Process entry: the report, or the error, goes to the `out` queue."""
+    try:
+        out.put(("ok", play(run_dir, config, device,
+                            num_envs=config["training"].get("play_envs"), steps=config["training"].get("play_steps"))))
+    except BaseException:
+        out.put(("error", traceback.format_exc()))
+
+
+def describe(report: dict) -> str:
+    return (f"play: {report['num_envs']} envs x {report['steps']} steps, mean return {report['mean_return']:.3f}, "
+            f"mean length {report['mean_length']:.1f} (max {report['max_episode_length']}), "
+            f"{100 * report['terminated_fraction']:.0f} % ended early")
+
+
+def main(args) -> int:
+    """`unilab play RUN`: in this process, on `--device` (default: the run's training.device)."""
+    from unilab.evidence.run_config import load_run_config
+
+    try:
+        config = load_run_config(args.run)
+        report = play(args.run, config, args.device or str(config["training"]["device"]),
+                      checkpoint=args.checkpoint, num_envs=args.envs, steps=args.steps)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"unilab play: {exc}", file=sys.stderr)
+        return 2
+    print(describe(report))
+    print(json.dumps(report, indent=2))
+    return 0
