@@ -4,6 +4,7 @@
 #                                             # GPU checks, 2-GPU DP A/B, unilab mps, then the two queues below
 #   bash benchmarks/h200_session.sh wait S    # follow the logs for up to S seconds (calls are <= 10 min)
 #   bash benchmarks/h200_session.sh collect   # results -> $OUT/session.tgz
+# Single pieces (e.g. on one H200): `checks`, `mps` (per-GPU daemons), `gate ALGO TASK ENVS THRESHOLD`.
 # GPU 0 queue: the MPS gate (FastSAC walk flat, FlashSAC tracking), FlashSAC walk flat A/B, each role
 #              alone, env throughput. GPU 1 queue: the two 15 min learning runs (two segments each,
 #              joined by training.resume), side by side under MPS.
@@ -125,6 +126,9 @@ case "${1:-}" in
     setsid nohup bash "$0" gpu1 > "$S/gpu1.log" 2>&1 < /dev/null &
     setsid nohup bash "$0" gpu0 > "$S/gpu0.log" 2>&1 < /dev/null &
     sleep 2; log "queues started" ;;
+  checks) gpu_checks ;;
+  mps) mps_tool ;;
+  gate) shift; gate "$@" ;;
   gpu0) gpu0_queue ;;
   gpu1) gpu1_queue ;;
   wait)
@@ -140,5 +144,5 @@ case "${1:-}" in
     $U mps stop --gpu 0; $U mps stop --gpu 1; $U mps status
     tar -czf "$OUT/session.tgz" --exclude='*.pt' --exclude='tensorboard' "$S" /tmp/dp /tmp/gate /tmp/learn 2>/dev/null
     ls -la "$OUT" ;;
-  *) echo "usage: $0 start|wait S|collect"; exit 2 ;;
+  *) echo "usage: $0 start|wait S|collect|checks|mps|gate ALGO TASK ENVS THRESHOLD"; exit 2 ;;
 esac
