@@ -141,9 +141,12 @@ def test_default_capacity_does_not_overflow(backend):
 
 @pytest.mark.slow
 def test_expand_model_field(backend, mj_model):
+    generation = backend.model_generation
     friction = backend.expand_model_field("geom_friction")
     assert friction.shape == (N, mj_model.ngeom, 3)
+    assert backend.model_generation == generation + 1  # captured graphs (the task's too) must recapture
     assert backend.expand_model_field("geom_friction").data_ptr() == friction.data_ptr()
+    assert backend.model_generation == generation + 1  # already per world: nothing replaced
     friction[1, :, 0] = 0.3
     assert backend.model.geom_friction.numpy()[1, 0, 0] == pytest.approx(0.3)
     _reset_all(backend, mj_model)

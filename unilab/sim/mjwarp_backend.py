@@ -103,6 +103,7 @@ class MjWarpBackend:
         self._step_graph = None
         self._kin_graph = None
         self._external_stream = None  # set while a torch.cuda.graph capture records our launches
+        self.model_generation = 0  # bumped when a model array is replaced: callers' graphs must recapture
         self._last_physics_ms = 0.0
         if self.is_cuda:
             self._warp_stream_t = wp.stream_to_torch(self.wp_device)  # torch handle on warp's stream
@@ -261,6 +262,7 @@ class MjWarpBackend:
             host = np.repeat(arr.numpy(), self.num_envs, axis=0)
             setattr(self.model, name, wp.array(host, dtype=arr.dtype, device=self.wp_device))
             self._step_graph = self._kin_graph = None
+            self.model_generation += 1
         return wp.to_torch(getattr(self.model, name))
 
     # ------------------------------------------------------------- metrics

@@ -90,9 +90,12 @@ class TaskGraph:
         self.graph = None
         self.outputs = None
         self.steps = 0
+        self.generation = None  # the backend's model generation the graph was captured with
 
     def run(self, fn):
         env = self.env
+        if self.graph is not None and self.generation != env.backend.model_generation:
+            self.graph = None  # a model array was replaced (domain randomisation): its address changed
         if self.graph is None and self.steps < self.eager_steps:
             self.steps += 1
             with keep_bindings(env):
@@ -124,6 +127,7 @@ class TaskGraph:
             if gc_was_enabled:
                 gc.enable()
         self.graph = graph
+        self.generation = env.backend.model_generation
 
 
 class TaskEnv:
