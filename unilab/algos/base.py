@@ -7,6 +7,7 @@ no `nonzero`, no Python branch on a tensor value); bookkeeping that the host nee
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
@@ -147,8 +148,28 @@ class OffPolicyLearner(ABC):
     def load_state_dict(self, sd: dict) -> None: ...
 
     @abstractmethod
+    def _onnx_policy(self) -> torch.nn.Module:
+        """A copy of the policy as a module: obs -> deterministic action in [-1, 1], normaliser included."""
+
     def export_onnx(self, path: str) -> None:
         """Write the deterministic actor, normaliser included, as an ONNX model."""
+        # torch's ONNX exporter (torch.export based since 2.9) needs both packages.
+        missing = [pkg for pkg in ("onnx", "onnxscript") if importlib.util.find_spec(pkg) is None]
+        if missing:
+            raise RuntimeError(
+                f"export_onnx needs the Python package(s) {', '.join(missing)}: pip install {' '.join(missing)}"
+            )
+        policy = self._onnx_policy().cpu().float().eval()
+        example = torch.zeros(2, self.obs_dim)  # batch 2: torch.export specialises a batch of 1
+        torch.onnx.export(
+            policy,
+            (example,),
+            path,
+            input_names=["obs"],
+            output_names=["action"],
+            dynamic_shapes={"obs": {0: torch.export.Dim("batch")}},
+            external_data=False,
+        )
 
 
 def learner_class(name: str) -> type[OffPolicyLearner]:

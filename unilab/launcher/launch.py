@@ -20,7 +20,7 @@ from unilab.evidence.manifest import RankEvidence
 from unilab.execution import CudaProcessSharingError, Prerequisite, verify_mps_clients
 
 from .child_env import child_device_and_env, environ
-from .prepare import PreparedRun, thread_shares
+from .prepare import PreparedRun
 from .summary import RunSummary
 
 EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -92,7 +92,7 @@ def launch(prepared: PreparedRun, cfg: DictConfig) -> int:
     started = time.monotonic()
     previous = _install_signal_handlers(state)
     try:
-        shares = thread_shares(training)
+        shares = prepared.thread_shares
         for spec, env, evidence, device in ranks:
             for role in ("learner", "collector"):
                 role_env = {**env, **({"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(shares[role])} if role in shares
@@ -306,9 +306,8 @@ def _verify_mps(prepared, evidence, children: dict):
     learner_pid = next(pid for pid, name in pids.items() if name.startswith("learner"))
     servers = report.server_pids
     server = next((s for s, cs in report.clients_by_server.items() if learner_pid in cs), None)
-    shares = thread_shares(prepared.config["training"])
     notes = [*evidence.notes, *(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={p} for the {role} (experiment)"
-                                for role, p in shares.items())]
+                                for role, p in prepared.thread_shares.items())]
     return None, evidence.model_copy(update={
         "effective": "mps", "clients_verified": True, "notes": notes,
         "client_pids": {name.split("[")[0]: pid for pid, name in pids.items()},

@@ -6,7 +6,7 @@ behind (no run directory, no CUDA context, no environment, no process).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ class PreparedRun:
     resume_checkpoint: str | None = None
     rank_devices: list[str] | None = None
     rank_evidence: list[CudaProcessSharingEvidence] | None = None
+    thread_shares: dict[str, int] = field(default_factory=dict)  # role -> CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
 
 
 def execution_evidence(cfg: DictConfig) -> CudaProcessSharingEvidence:
@@ -139,7 +140,7 @@ def thread_shares(training: dict) -> dict[str, int]:
 def prepare_run(cfg: DictConfig) -> PreparedRun:
     evidence = execution_evidence(cfg)
     config = resolved_config(cfg)
-    thread_shares(config["training"])
+    shares = thread_shares(config["training"])
     devices = rank_devices(config["training"])
     _check_gpus_visible(devices)
     per_rank = _rank_evidence(evidence, devices, float(config["training"]["mps_probe_timeout_s"]))
@@ -160,4 +161,4 @@ def prepare_run(cfg: DictConfig) -> PreparedRun:
     )
     manifest.write(run_dir)
     return PreparedRun(run_dir=run_dir, config=config, manifest=manifest, resume_checkpoint=checkpoint,
-                       rank_devices=devices, rank_evidence=per_rank)
+                       rank_devices=devices, rank_evidence=per_rank, thread_shares=shares)

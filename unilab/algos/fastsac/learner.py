@@ -16,7 +16,6 @@ Choices worth knowing:
 from __future__ import annotations
 
 import copy
-import importlib.util
 import math
 
 import torch
@@ -226,24 +225,8 @@ class FastSACLearner(OffPolicyLearner):
         self._graph_metrics = None
         self.publish_policy()
 
-    def export_onnx(self, path: str) -> None:
-        # torch's ONNX exporter (torch.export based since 2.9) needs both packages.
-        missing = [pkg for pkg in ("onnx", "onnxscript") if importlib.util.find_spec(pkg) is None]
-        if missing:
-            raise RuntimeError(
-                f"export_onnx needs the Python package(s) {', '.join(missing)}: pip install {' '.join(missing)}"
-            )
-        policy = _Deterministic(ActingPolicy(copy.deepcopy(self.actor), self.obs_norm)).cpu().float().eval()
-        example = torch.zeros(2, self.obs_dim)  # batch 2: torch.export specialises a batch of 1
-        torch.onnx.export(
-            policy,
-            (example,),
-            path,
-            input_names=["obs"],
-            output_names=["action"],
-            dynamic_shapes={"obs": {0: torch.export.Dim("batch")}},
-            external_data=False,
-        )
+    def _onnx_policy(self) -> torch.nn.Module:
+        return _Deterministic(ActingPolicy(copy.deepcopy(self.actor), self.obs_norm))
 
 
 class _Deterministic(torch.nn.Module):
