@@ -4,7 +4,9 @@
 #                                             # GPU checks, 2-GPU DP A/B, unilab mps, then the two queues below
 #   bash benchmarks/h200_session.sh wait S    # follow the logs for up to S seconds (calls are <= 10 min)
 #   bash benchmarks/h200_session.sh collect   # results -> $OUT/session.tgz
-# Single pieces (e.g. on one H200): `checks`, `mps` (per-GPU daemons), `gate ALGO TASK ENVS THRESHOLD`.
+# Single pieces (e.g. on one H200): `checks`, `mps` (per-GPU daemons), `gate ALGO TASK ENVS THRESHOLD [KEY=VALUE..]`.
+# One H200 (kind nvidia-h200): `setsid nohup bash benchmarks/h200_session.sh single > /tmp/session/single.log 2>&1 &`
+#   runs checks, env throughput, each role alone (plus a kernel profile), then both gates, on GPU 0.
 # GPU 0 queue: the MPS gate (FastSAC walk flat, FlashSAC tracking), FlashSAC walk flat A/B, each role
 #              alone, env throughput. GPU 1 queue: the two 15 min learning runs (two segments each,
 #              joined by training.resume), side by side under MPS.
@@ -58,12 +60,12 @@ mps_tool() {  # issue 6: the tool against the real binary
   (eval "$($U mps env --gpu 0)"; $U mps doctor +execution=mps training.device=cuda:0; echo "doctor rc=$?")
 }
 
-gate() {  # algo task envs threshold
+gate() {  # algo task envs threshold [extra overrides, the same in both arms]
   local name=$1_$2
-  log "gate $name"
+  log "gate $name ${*:5}"
   (eval "$($U mps env --gpu 0)"
    $T -m +execution=default,mps +bench=offpolicy_gate --algo $1 --task $2 training.device=cuda:0 \
-     task.num_envs=$3 training.log_dir=/tmp/gate/$name $SIMX > "$S/gate_$name.log" 2>&1
+     task.num_envs=$3 training.log_dir=/tmp/gate/$name $SIMX "${@:5}" > "$S/gate_$name.log" 2>&1
    echo "multirun rc=$?")
   $U bench compare /tmp/gate/$name --threshold-pct $4 --plot "$S/gate_$name.png" > "$S/gate_$name.txt" 2>&1
   $U bench compare /tmp/gate/$name --threshold-pct $4 --json > "$S/gate_$name.json" 2>&1
@@ -102,6 +104,28 @@ gpu0_queue() {
   log "gpu0 queue done"
 }
 
+single_queue() {  # everything still open, on one H200
+  gpu_checks
+  log "env throughput"
+  for g in "" --no-task-graph; do
+    timeout 240 python3 benchmarks/env_throughput.py --tasks g1_walk_flat g1_motion_tracking \
+      --envs 2048 4096 --iters 100 $g --json "$S/env${g:+_eager}.json" 2>&1 | grep -E "\||graph"
+  done
+  log "roles alone"
+  for spec in "fastsac g1_walk_flat 2048" "fastsac g1_walk_flat 2048 algo.compile=true" \
+              "flashsac g1_motion_tracking 2048"; do
+    set -- $spec
+    local tag="$1_$2_$3${4:+_compile}"
+    timeout 300 python3 benchmarks/roles_alone.py --algo $1 --task $2 --envs $3 --set ${4:-} $SIMX \
+      --json "$S/roles_$tag.json" --profile "$S/profile_$tag.txt" 2>&1 | grep -E "ms|per_s|Error"
+  done
+  $U mps start --gpu 0; echo "mps start rc=$?"
+  gate flashsac g1_motion_tracking 2048 10
+  gate fastsac g1_walk_flat 2048 20 algo.compile=true
+  $U mps stop --gpu 0
+  log "single queue done"
+}
+
 learn() {  # name algo task envs keys...
   local name=$1 algo=$2 task=$3 envs=$4; shift 4
   (eval "$($U mps env --gpu 1)"
@@ -131,18 +155,21 @@ case "${1:-}" in
   gate) shift; gate "$@" ;;
   gpu0) gpu0_queue ;;
   gpu1) gpu1_queue ;;
+  single) single_queue ;;
   wait)
     end=$(( $(date +%s) + ${2:-500} ))
     while [ "$(date +%s)" -lt "$end" ]; do
       grep -q "gpu0 queue done" "$S/gpu0.log" 2>/dev/null && grep -q "gpu1 queue done" "$S/gpu1.log" 2>/dev/null && break
+      grep -q "single queue done" "$S/single.log" 2>/dev/null && break
       sleep 10
     done
-    log "start"; tail -30 "$S/start.log"; log "gpu0"; tail -25 "$S/gpu0.log" 2>/dev/null
+    [ -f "$S/single.log" ] && { log "single"; tail -40 "$S/single.log"; }
+    log "start"; tail -30 "$S/start.log" 2>/dev/null; log "gpu0"; tail -25 "$S/gpu0.log" 2>/dev/null
     log "gpu1"; tail -8 "$S/gpu1.log" 2>/dev/null
     for f in /tmp/learn/*/metrics.jsonl; do [ -f "$f" ] && echo "$f $(wc -l < "$f") $(tail -1 "$f" | cut -c1-300)"; done ;;
   collect)
-    $U mps stop --gpu 0; $U mps stop --gpu 1; $U mps status
+    $U mps stop --gpu 0; [ "$(nvidia-smi -L | wc -l)" -gt 1 ] && $U mps stop --gpu 1; $U mps status
     tar -czf "$OUT/session.tgz" --exclude='*.pt' --exclude='tensorboard' "$S" /tmp/dp /tmp/gate /tmp/learn 2>/dev/null
     ls -la "$OUT" ;;
-  *) echo "usage: $0 start|wait S|collect|checks|mps|gate ALGO TASK ENVS THRESHOLD"; exit 2 ;;
+  *) echo "usage: $0 start|single|wait S|collect|checks|mps|gate ALGO TASK ENVS THRESHOLD [KEY=VALUE..]"; exit 2 ;;
 esac

@@ -38,6 +38,28 @@ def _timed(fn, iters: int, warmup: int = 5) -> float:
     return (time.perf_counter() - t0) / iters * 1e3
 
 
+def _profile_cycle(algo, env, device, trained, path: str) -> None:
+    """Kernel table of a few eager update cycles (same sizes, same config, no graph)."""
+    import dataclasses
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from unilab.algos.base import make_learner
+
+    eager_cfg = dataclasses.replace(algo, cuda_graph=False)
+    learner = make_learner(eager_cfg, env.obs_dim, env.critic_obs_dim, env.action_dim, device, seed=0)
+    learner.replay = trained.replay  # already full
+    learner.update()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            learner.update()
+        torch.cuda.synchronize()
+    with open(path, "w") as f:
+        f.write(prof.key_averages().table(sort_by="cuda_time_total", row_limit=40))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--algo", default="fastsac")
@@ -46,6 +68,8 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--set", nargs="*", default=[], help="algo.key=value, task.key=value or sim.key=value")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--profile", default=None, help="also write the learner cycle's top GPU kernels here "
+                    "(profiled without the CUDA graph, so every kernel is visible)")
     args = ap.parse_args()
     import torch
 
@@ -92,6 +116,8 @@ def main() -> None:
         slot["critic_obs"].copy_(critic)
 
     tick_ms = _timed(tick, args.iters * 4)
+    if args.profile:
+        _profile_cycle(algo, env, device, learner, args.profile)
     result = {"algo": args.algo, "task": args.task, "num_envs": n, "batch_size": algo.batch_size,
               "updates_per_step": algo.updates_per_step, "cuda_graph": getattr(algo, "cuda_graph", None),
               "learner_update_cycle_ms": update_ms, "collector_tick_ms": tick_ms,

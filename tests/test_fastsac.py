@@ -108,6 +108,33 @@ def test_projection_keeps_mass_and_mean():
 # ---------------------------------------------------------------- learner
 
 
+def test_twin_critic_members_are_the_documented_mlp_and_independent():
+    from unilab.algos.fastsac.networks import TwinDistributionalCritic, mlp
+
+    torch.manual_seed(0)
+    critic = TwinDistributionalCritic(CRITIC_OBS, ACT, hidden_dim=32, num_atoms=7)
+    obs, act = torch.randn(5, CRITIC_OBS), torch.rand(5, ACT) * 2 - 1
+    logits = critic(obs, act)
+    assert logits.shape == (2, 5, 7)
+    net = critic.net
+    for m in range(2):
+        # The same weights in the plain Linear/LayerNorm/SiLU stack give the same member output.
+        ref = mlp(CRITIC_OBS + ACT, 32, 7)
+        linears = [layer for layer in ref if isinstance(layer, torch.nn.Linear)]
+        norms = [layer for layer in ref if isinstance(layer, torch.nn.LayerNorm)]
+        with torch.no_grad():
+            for lin, w, b in zip(linears, net.weights, net.biases):
+                lin.weight.copy_(w[m].T)
+                lin.bias.copy_(b[m, 0])
+            for ln, w, b in zip(norms, net.norm_weights, net.norm_biases):
+                ln.weight.copy_(w[m, 0])
+                ln.bias.copy_(b[m, 0])
+        torch.testing.assert_close(logits[m], ref(torch.cat([obs, act], -1)))
+    # Member 1's output has no gradient into member 0's weights.
+    logits[1].sum().backward()
+    assert all(p.grad[0].abs().sum() == 0 and p.grad[1].abs().sum() > 0 for p in net.weights)
+
+
 def test_registry_builds_fastsac_and_rejects_unknown():
     lrn = learner()
     assert isinstance(lrn, FastSACLearner) and isinstance(lrn, OffPolicyLearner)
@@ -157,30 +184,42 @@ def test_bandit_learns_target_action():
     assert metrics["q_mean"].item() > -0.5  # the learned value is close to the optimum 0
 
 
-def test_compiled_passes_match_eager(monkeypatch):
-    """algo.compile=true: the cycle calls compiled network passes (inductor; C++ on the CPU) that
-    compute what the modules compute, gradients included, and the cycle runs on them."""
+def test_compiled_losses_match_eager(monkeypatch):
+    """algo.compile=true: the cycle calls compiled critic and actor losses (inductor; C++ on the CPU)
+    that compute what the eager losses compute, gradients included, and the cycle runs on them."""
     import torch._inductor.config as inductor_config
 
     monkeypatch.setattr(inductor_config, "fallback_random", True)  # eager's RNG stream, for the comparison
     lrn = learner(seed=3, compile=True)
     gen = torch.Generator().manual_seed(1)
-    obs, critic_obs = torch.randn(N, OBS, generator=gen), torch.randn(N, CRITIC_OBS, generator=gen)
-    action = torch.rand(N, ACT, generator=gen) * 2 - 1
+    b = {
+        "obs": torch.randn(N, OBS, generator=gen),
+        "next_obs": torch.randn(N, OBS, generator=gen),
+        "critic_obs": torch.randn(N, CRITIC_OBS, generator=gen),
+        "next_critic_obs": torch.randn(N, CRITIC_OBS, generator=gen),
+        "action": torch.rand(N, ACT, generator=gen) * 2 - 1,
+        "reward": torch.randn(N, generator=gen),
+        "terminated": (torch.rand(N, generator=gen) < 0.2).float(),
+    }
+    alpha = torch.tensor(0.1)
 
-    def passes(critic, sample):
-        lrn.critic.zero_grad(set_to_none=True)
-        lrn.actor.zero_grad(set_to_none=True)
+    def losses(critic_loss_fn, actor_loss_fn):
+        params = [*lrn.critic.parameters(), *lrn.actor.parameters()]
+        for p in params:
+            p.grad = None
         torch.manual_seed(0)
-        a, logp = sample(obs)
-        loss = critic(critic_obs, action).square().mean() + critic(critic_obs, a).mean() + logp.mean()
-        loss.backward()
-        grads = [p.grad.clone() for p in [*lrn.critic.parameters(), *lrn.actor.parameters()]]
-        return [loss.detach(), a.detach(), *grads]
+        critic_loss, q_mean = critic_loss_fn(b, alpha)
+        critic_loss.backward()
+        lrn.critic.requires_grad_(False)
+        actor_loss, logp = actor_loss_fn(b, alpha)
+        lrn.critic.requires_grad_(True)
+        actor_loss.backward()
+        grads = [p.grad.clone() for p in params]
+        return [critic_loss.detach(), q_mean, actor_loss.detach(), logp.detach(), *grads]
 
-    eager = passes(lrn.critic, lrn.actor.sample)
-    compiled = passes(lrn._critic_fn, lrn._actor_sample)
-    assert lrn._critic_fn is not lrn.critic
+    eager = losses(lrn._critic_loss, lrn._actor_loss)
+    compiled = losses(lrn._critic_loss_fn, lrn._actor_loss_fn)
+    assert lrn._critic_loss_fn is not lrn._critic_loss
     for x, y in zip(eager, compiled):
         torch.testing.assert_close(y, x, atol=1e-5, rtol=1e-4)
     lrn.add(bandit_batch(lrn, gen))

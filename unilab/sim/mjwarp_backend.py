@@ -65,7 +65,7 @@ class MjWarpBackend:
     ``cvel`` ([angular, linear] about the subtree CoM), ``subtree_com``, ``site_xpos``,
     ``sensordata``, ``qacc``, ``time``. As in ``mj_step``, after ``step()`` the derived
     quantities (``xpos``, ``cvel``, ``sensordata`` ...) are those of the last substep's start,
-    one substep behind ``qpos``; ``forward()`` refreshes kinematics and velocities of all
+    one substep behind ``qpos``; ``forward()`` refreshes poses and body velocities (``cvel``) of all
     worlds (``sensordata`` is only written by ``step()``).
 
     The ``mj_model`` is copied; the copy (``self.mj_model``) carries ``cfg.timestep``.
@@ -188,8 +188,10 @@ class MjWarpBackend:
             )
 
     def _kinematics(self) -> None:
+        # Poses and body velocities only: fwd_velocity would add the bias forces (rne) and passive
+        # forces, which tasks never read and the next physics step recomputes anyway.
         mjwarp.fwd_kinematics(self.model, self.data)
-        mjwarp.fwd_velocity(self.model, self.data)
+        mjwarp.com_vel(self.model, self.data)
 
     def _run(self, fn, graph_attr: str) -> None:
         """Run ``fn``'s launches; on CUDA capture them once (modules load before the
@@ -228,7 +230,7 @@ class MjWarpBackend:
                 self._last_physics_ms = (time.perf_counter() - t0) * 1e3
 
     def forward(self) -> None:
-        """Recompute kinematics and velocities (xpos, xquat, site_xpos, cvel ...) of all worlds."""
+        """Recompute poses and body velocities (xpos, xquat, site_xpos, subtree_com, cvel) of all worlds."""
         with self._on_warp_stream():
             self._run(self._kinematics, "_kin_graph")
 

@@ -78,11 +78,11 @@ class FastSACLearner(OffPolicyLearner):
         self.actor_opt = torch.optim.AdamW(self.actor.parameters(), cfg.actor_lr, **adamw)
         self.alpha_opt = torch.optim.AdamW([self.log_alpha], cfg.alpha_lr, **{**adamw, "weight_decay": 0.0})
 
-        # The networks' passes as the cycle calls them: compiled (shared weights) or the modules themselves.
+        # The losses as the cycle calls them: compiled by inductor (fuses LayerNorm, softmaxes and the C51
+        # projection, forward and backward) before the cycle is captured, or plain eager kernels.
         wrap = (lambda fn: torch.compile(fn, dynamic=False)) if cfg.compile else (lambda fn: fn)
-        self._critic_fn = wrap(self.critic)
-        self._critic_target_fn = wrap(self.critic_target)
-        self._actor_sample = wrap(self.actor.sample)
+        self._critic_loss_fn = wrap(self._critic_loss)
+        self._actor_loss_fn = wrap(self._actor_loss)
 
         self._init_shared_state(METRICS)
 
@@ -104,17 +104,16 @@ class FastSACLearner(OffPolicyLearner):
     def _expected(self, logits: Tensor) -> Tensor:
         return (logits.float().softmax(-1) * self.support).sum(-1)
 
-    def _step(self, update_actor: bool) -> dict[str, Tensor]:
+    def _critic_loss(self, b: dict[str, Tensor], alpha: Tensor) -> tuple[Tensor, Tensor]:
+        """Cross-entropy of both critics against the projected target distribution (summed over the
+        twins), and the online critics' mean expected value."""
         cfg = self.cfg
-        b = self.replay.sample(cfg.batch_size)
-        obs, next_obs = self.obs_norm(b["obs"]), self.obs_norm(b["next_obs"])
+        next_obs = self.obs_norm(b["next_obs"])
         critic_obs, next_critic_obs = self.critic_obs_norm(b["critic_obs"]), self.critic_obs_norm(b["next_critic_obs"])
-        alpha = self.log_alpha.detach().exp()
-
         with torch.no_grad():
             with self._autocast():
-                next_action, next_logp = self._actor_sample(next_obs)
-                target_logits = self._critic_target_fn(next_critic_obs, next_action)
+                next_action, next_logp = self.actor.sample(next_obs)
+                target_logits = self.critic_target(next_critic_obs, next_action)
             target_probs = target_logits.float().softmax(-1)  # (2, B, A)
             next_q = (target_probs * self.support).sum(-1)  # (2, B)
             next_probs = torch.where((next_q[0] <= next_q[1]).unsqueeze(-1), target_probs[0], target_probs[1])
@@ -125,9 +124,27 @@ class FastSACLearner(OffPolicyLearner):
             target = project_distribution(next_probs, target_atoms, self.support)
 
         with self._autocast():
-            logits = self._critic_fn(critic_obs, b["action"])
+            logits = self.critic(critic_obs, b["action"])
         log_probs = logits.float().log_softmax(-1)
-        critic_loss = -(target * log_probs).sum(-1).mean(-1).sum()  # cross-entropy, summed over the twins
+        loss = -(target * log_probs).sum(-1).mean(-1).sum()
+        q_mean = (log_probs.detach().exp() * self.support).sum(-1).mean()
+        return loss, q_mean
+
+    def _actor_loss(self, b: dict[str, Tensor], alpha: Tensor) -> tuple[Tensor, Tensor]:
+        """SAC actor loss on the mean of the twins' expected values, and the log-probs of its actions.
+        Call with the critic frozen, so that no critic weight gradient is computed."""
+        obs, critic_obs = self.obs_norm(b["obs"]), self.critic_obs_norm(b["critic_obs"])
+        with self._autocast():
+            action, logp = self.actor.sample(obs)
+            q = self._expected(self.critic(critic_obs, action)).mean(0)
+        return (alpha * logp - q).mean(), logp
+
+    def _step(self, update_actor: bool) -> dict[str, Tensor]:
+        cfg = self.cfg
+        b = self.replay.sample(cfg.batch_size)
+        alpha = self.log_alpha.detach().exp()
+
+        critic_loss, q_mean = self._critic_loss_fn(b, alpha)
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
         if self._critic_grad_sync is not None:
@@ -136,15 +153,16 @@ class FastSACLearner(OffPolicyLearner):
         with torch.no_grad():
             target_params = list(self.critic_target.parameters())
             torch._foreach_lerp_(target_params, list(self.critic.parameters()), cfg.tau)
-        out = {"critic_loss": critic_loss.detach(), "q_mean": (log_probs.detach().exp() * self.support).sum(-1).mean()}
+        out = {"critic_loss": critic_loss.detach(), "q_mean": q_mean}
 
         if update_actor:
-            with self._autocast():
-                action, logp = self._actor_sample(obs)
-                q = self._expected(self._critic_fn(critic_obs, action)).mean(0)
-            actor_loss = (alpha * logp - q).mean()
+            self.critic.requires_grad_(False)
+            try:
+                actor_loss, logp = self._actor_loss_fn(b, alpha)
+            finally:
+                self.critic.requires_grad_(True)
             self.actor_opt.zero_grad(set_to_none=True)
-            actor_loss.backward(inputs=list(self.actor.parameters()))  # no gradients into the critics
+            actor_loss.backward()
             # Both backward passes before either step (the temperature loss reads no actor weight), so that
             # data parallelism averages actor and log_alpha gradients in one collective.
             alpha_loss = (self.log_alpha.exp() * (-logp.detach() - self.target_entropy)).mean()

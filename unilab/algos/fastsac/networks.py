@@ -57,17 +57,43 @@ class Actor(nn.Module):
         return torch.tanh(self(obs)[0])
 
 
+class EnsembleMLP(nn.Module):
+    """`members` independent MLPs of `mlp`'s shape, evaluated together: every layer is one batched
+    matmul over the members, so twin critics cost the kernels of one (and run larger GEMMs).
+    Each member is initialised as `nn.Linear` would be; LayerNorm affine parameters are per member."""
+
+    def __init__(self, members: int, in_dim: int, hidden_dim: int, out_dim: int):
+        super().__init__()
+        widths = [in_dim, hidden_dim, max(hidden_dim // 2, 1), max(hidden_dim // 4, 1), out_dim]
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        for a, b in zip(widths[:-1], widths[1:]):
+            bound = 1.0 / math.sqrt(a)
+            self.weights.append(nn.Parameter(torch.empty(members, a, b).uniform_(-bound, bound)))
+            self.biases.append(nn.Parameter(torch.empty(members, 1, b).uniform_(-bound, bound)))
+        self.norm_weights = nn.ParameterList([nn.Parameter(torch.ones(members, 1, w)) for w in widths[1:-1]])
+        self.norm_biases = nn.ParameterList([nn.Parameter(torch.zeros(members, 1, w)) for w in widths[1:-1]])
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(B, in) shared by all members, or (members, B, in) -> (members, B, out)."""
+        last = len(self.weights) - 1
+        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
+            x = torch.matmul(x, w) + b if x.dim() == 2 else torch.baddbmm(b, x, w)
+            if i < last:
+                x = F.layer_norm(x, x.shape[-1:]) * self.norm_weights[i] + self.norm_biases[i]
+                x = F.silu(x)
+        return x
+
+
 class TwinDistributionalCritic(nn.Module):
     """Two independent C51 critics over (critic_obs, action); forward returns logits (2, B, num_atoms)."""
 
     def __init__(self, critic_obs_dim: int, action_dim: int, hidden_dim: int, num_atoms: int):
         super().__init__()
-        self.q1 = mlp(critic_obs_dim + action_dim, hidden_dim, num_atoms)
-        self.q2 = mlp(critic_obs_dim + action_dim, hidden_dim, num_atoms)
+        self.net = EnsembleMLP(2, critic_obs_dim + action_dim, hidden_dim, num_atoms)
 
     def forward(self, critic_obs: Tensor, action: Tensor) -> Tensor:
-        x = torch.cat([critic_obs, action.to(critic_obs.dtype)], dim=-1)
-        return torch.stack([self.q1(x), self.q2(x)])
+        return self.net(torch.cat([critic_obs, action.to(critic_obs.dtype)], dim=-1))
 
 
 class ActingPolicy(nn.Module):
