@@ -89,7 +89,7 @@ gpu0_queue() {
   gate flashsac g1_walk_flat 4096 10
   log "roles alone (GPU 0, no MPS)"
   local uuid0; uuid0=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0)
-  for spec in "fastsac g1_walk_flat 2048" "fastsac g1_walk_flat 2048 algo.compile=true" \
+  for spec in "fastsac g1_walk_flat 2048" "fastsac g1_walk_flat 2048 algo.compile=false" \
               "flashsac g1_motion_tracking 2048" "flashsac g1_walk_flat 4096"; do
     set -- $spec
     local sets="${4:-} $SIMX"
@@ -112,16 +112,16 @@ single_queue() {  # everything still open, on one H200
       --envs 2048 4096 --iters 100 $g --json "$S/env${g:+_eager}.json" 2>&1 | grep -E "\||graph"
   done
   log "roles alone"
-  for spec in "fastsac g1_walk_flat 2048" "fastsac g1_walk_flat 2048 algo.compile=true" \
+  for spec in "fastsac g1_walk_flat 2048" "fastsac g1_walk_flat 2048 algo.compile=false" \
               "flashsac g1_motion_tracking 2048"; do
     set -- $spec
-    local tag="$1_$2_$3${4:+_compile}"
+    local tag="$1_$2_$3${4:+_eager}"
     timeout 300 python3 benchmarks/roles_alone.py --algo $1 --task $2 --envs $3 --set ${4:-} $SIMX \
       --json "$S/roles_$tag.json" --profile "$S/profile_$tag.txt" 2>&1 | grep -E "ms|per_s|Error"
   done
   $U mps start --gpu 0; echo "mps start rc=$?"
   gate flashsac g1_motion_tracking 2048 10
-  gate fastsac g1_walk_flat 2048 20 algo.compile=true
+  gate fastsac g1_walk_flat 2048 20
   $U mps stop --gpu 0
   log "single queue done"
 }

@@ -219,7 +219,8 @@ def test_compiled_losses_match_eager(monkeypatch):
 
     eager = losses(lrn._critic_loss, lrn._actor_loss)
     compiled = losses(lrn._critic_loss_fn, lrn._actor_loss_fn)
-    assert lrn._critic_loss_fn is not lrn._critic_loss
+    assert lrn.compiled and lrn._critic_loss_fn is not lrn._critic_loss
+    assert not learner(seed=3).compiled  # compile=null: only where the cycle is a CUDA graph
     for x, y in zip(eager, compiled):
         torch.testing.assert_close(y, x, atol=1e-5, rtol=1e-4)
     lrn.add(bandit_batch(lrn, gen))

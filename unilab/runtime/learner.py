@@ -18,6 +18,7 @@ import time
 import traceback
 
 from .messages import Mailbox, StopRequested, become_child
+from .gemm_check import check_under_thread_share
 from .spec import RoleSpec, report_ready
 
 
@@ -73,6 +74,7 @@ class LearnerLoop:
         if device.type == "cpu":
             torch.set_num_threads(1)  # learner and collector share the cores; tiny ops lose to thread overhead
         report_ready(spec.name("learner"), device, to_launcher)
+        check_under_thread_share(device, "learner")
         if spec.world_size > 1:
             _join_process_group(spec, device)
         torch.manual_seed(spec.seed)

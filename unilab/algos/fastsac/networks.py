@@ -80,8 +80,7 @@ class EnsembleMLP(nn.Module):
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
             x = torch.matmul(x, w) + b if x.dim() == 2 else torch.baddbmm(b, x, w)
             if i < last:
-                x = F.layer_norm(x, x.shape[-1:]) * self.norm_weights[i] + self.norm_biases[i]
-                x = F.silu(x)
+                x = F.silu(torch.addcmul(self.norm_biases[i], F.layer_norm(x, x.shape[-1:]), self.norm_weights[i]))
         return x
 
 
