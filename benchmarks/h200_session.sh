@@ -94,7 +94,7 @@ gpu0_queue() {
     set -- $spec
     local sets="${4:-} $SIMX"
     CUDA_VISIBLE_DEVICES=$uuid0 timeout 300 python3 benchmarks/roles_alone.py --algo $1 --task $2 --envs $3 \
-      --set $sets --json "$S/roles_$1_$2_$3${4:+_compile}.json" 2>&1 | grep -E "ms|per_s|Error"
+      --set $sets --json "$S/roles_$1_$2_$3${4:+_eager}.json" 2>&1 | grep -E "ms|per_s|Error"
   done
   log "env throughput (GPU 0)"
   for g in "" --no-task-graph; do
