@@ -263,8 +263,7 @@ class TaskEnv:
         reward, terms = self._compute_reward()
         self.episode_return += reward
 
-        obs = self._compute_obs()
-        critic_obs = self._compute_critic_obs()
+        obs, critic_obs = self._compute_observations()
         done = terminated | truncated
         info: dict[str, Any] = {
             "final_obs": obs,
@@ -278,8 +277,9 @@ class TaskEnv:
 
         self._reset_envs(done)
         # Envs that did not finish keep exactly the obs above (and their noise sample).
-        obs = torch.where(done[:, None], self._compute_obs(), obs)
-        critic_obs = torch.where(done[:, None], self._compute_critic_obs(), critic_obs)
+        reset_obs, reset_critic_obs = self._compute_observations()
+        obs = torch.where(done[:, None], reset_obs, obs)
+        critic_obs = torch.where(done[:, None], reset_critic_obs, critic_obs)
         self._extend_info(info)
         return obs, critic_obs, reward, terminated, truncated, info
 
@@ -354,6 +354,10 @@ class TaskEnv:
 
     def _compute_critic_obs(self) -> torch.Tensor:
         raise NotImplementedError
+
+    def _compute_observations(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Policy and critic observations of the current state; override to share work between them."""
+        return self._compute_obs(), self._compute_critic_obs()
 
 
 def _as_index(adr: np.ndarray, device: torch.device):

@@ -24,19 +24,58 @@ def quat_inverse(q: torch.Tensor) -> torch.Tensor:
     return quat_conjugate(q) / (q * q).sum(dim=-1, keepdim=True).clamp_min(1e-12)
 
 
+# Products as contractions of the outer product a_i b_j with constant tables, so that each is
+# three elementwise/reduction kernels instead of one per scalar term (the task step is captured
+# as a CUDA graph, whose cost is mostly the number of small kernels).
+def _hamilton_table() -> torch.Tensor:
+    """H[i, j, k]: coefficient of a_i * b_j in component k of the Hamilton product a * b."""
+    h = torch.zeros(4, 4, 4)
+    terms = {  # k: [(i, j, sign)] from w = aw bw - ax bx - ..., x = aw bx + ax bw + ay bz - az by, ...
+        0: [(0, 0, 1), (1, 1, -1), (2, 2, -1), (3, 3, -1)],
+        1: [(0, 1, 1), (1, 0, 1), (2, 3, 1), (3, 2, -1)],
+        2: [(0, 2, 1), (1, 3, -1), (2, 0, 1), (3, 1, 1)],
+        3: [(0, 3, 1), (1, 2, 1), (2, 1, -1), (3, 0, 1)],
+    }
+    for k, entries in terms.items():
+        for i, j, sign in entries:
+            h[i, j, k] = sign
+    return h
+
+
+def _rotation_table() -> tuple[torch.Tensor, torch.Tensor]:
+    """R = C . (q q^T) + I for unit q: C[i, j, r, c] and the identity, row-major rotation matrix."""
+    c = torch.zeros(4, 4, 3, 3)
+    w, x, y, z = range(4)
+    entries = {  # (r, c): [(i, j, coefficient)] of q_i q_j, on top of the identity
+        (0, 0): [(y, y, -2), (z, z, -2)], (0, 1): [(x, y, 2), (w, z, -2)], (0, 2): [(x, z, 2), (w, y, 2)],
+        (1, 0): [(x, y, 2), (w, z, 2)], (1, 1): [(x, x, -2), (z, z, -2)], (1, 2): [(y, z, 2), (w, x, -2)],
+        (2, 0): [(x, z, 2), (w, y, -2)], (2, 1): [(y, z, 2), (w, x, 2)], (2, 2): [(x, x, -2), (y, y, -2)],
+    }
+    for (r, col), terms in entries.items():
+        for i, j, coef in terms:
+            c[i, j, r, col] += coef
+    return c, torch.eye(3)
+
+
+_HAMILTON = _hamilton_table()
+_ROTATION, _IDENTITY = _rotation_table()
+_TABLES: dict[tuple, tuple[torch.Tensor, ...]] = {}
+
+
+def _tables(device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """The constant tables on a device, made once (never inside a graph capture: the first
+    eager steps of a captured task already made them)."""
+    key = (device, dtype)
+    if key not in _TABLES:
+        _TABLES[key] = tuple(t.to(device, dtype) for t in (_HAMILTON, _ROTATION, _IDENTITY))
+    return _TABLES[key]
+
+
 def quat_mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Hamilton product a * b (apply b first, then a)."""
-    aw, ax, ay, az = a.unbind(-1)
-    bw, bx, by, bz = b.unbind(-1)
-    return torch.stack(
-        (
-            aw * bw - ax * bx - ay * by - az * bz,
-            aw * bx + ax * bw + ay * bz - az * by,
-            aw * by - ax * bz + ay * bw + az * bx,
-            aw * bz + ax * by - ay * bx + az * bw,
-        ),
-        dim=-1,
-    )
+    h = _tables(a.device, a.dtype)[0]
+    outer = a.unsqueeze(-1) * b.unsqueeze(-2)  # (..., 4, 4)
+    return (outer.unsqueeze(-1) * h).sum(dim=(-3, -2))
 
 
 def quat_apply(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -110,11 +149,10 @@ def quat_error_magnitude(q1: torch.Tensor, q2: torch.Tensor) -> torch.Tensor:
 
 
 def quat_to_matrix(q: torch.Tensor) -> torch.Tensor:
-    w, x, y, z = q.unbind(-1)
-    row0 = torch.stack((1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)), dim=-1)
-    row1 = torch.stack((2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)), dim=-1)
-    row2 = torch.stack((2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)), dim=-1)
-    return torch.stack((row0, row1, row2), dim=-2)
+    """Rotation matrix (..., 3, 3) of unit quaternions."""
+    _, c, eye = _tables(q.device, q.dtype)
+    outer = q.unsqueeze(-1) * q.unsqueeze(-2)  # (..., 4, 4)
+    return (outer[..., None, None] * c).sum(dim=(-4, -3)) + eye
 
 
 def matrix_first_two_columns(q: torch.Tensor) -> torch.Tensor:

@@ -284,8 +284,15 @@ class G1MotionTrackingEnv(TaskEnv):
 
     def _compute_critic_obs(self) -> torch.Tensor:
         """Policy obs plus the tracked bodies' positions and orientations (6D) in the robot anchor frame."""
+        return torch.cat((self._compute_obs(), self._privileged_obs()), dim=-1)
+
+    def _compute_observations(self) -> tuple[torch.Tensor, torch.Tensor]:
+        obs = self._compute_obs()  # no observation noise: the critic's copy is the same tensor's values
+        return obs, torch.cat((obs, self._privileged_obs()), dim=-1)
+
+    def _privileged_obs(self) -> torch.Tensor:
         k, a = self.num_tracked, self._anchor
         anchor_quat = self.body_quat[:, a : a + 1].expand(-1, k, -1)
         pos_b = qm.quat_apply_inverse(anchor_quat, self.body_pos[:, :k] - self.body_pos[:, a : a + 1])
         ori_b = qm.matrix_first_two_columns(qm.quat_mul(qm.quat_conjugate(anchor_quat), self.body_quat[:, :k]))
-        return torch.cat((self._compute_obs(), pos_b.flatten(1), ori_b.flatten(1)), dim=-1)
+        return torch.cat((pos_b.flatten(1), ori_b.flatten(1)), dim=-1)
