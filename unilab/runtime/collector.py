@@ -13,7 +13,6 @@ import traceback
 from collections import deque
 
 from .messages import Mailbox, StopRequested, become_child
-from .gemm_check import check_under_thread_share
 from .spec import RoleSpec, report_ready
 
 
@@ -42,7 +41,6 @@ def _run(spec: RoleSpec, mailbox: Mailbox, to_learner, to_launcher) -> None:
     if device.type == "cpu":
         torch.set_num_threads(1)  # learner and collector share the cores; tiny ops lose to thread overhead
     report_ready(spec.name("collector"), device, to_launcher)
-    check_under_thread_share(device, "collector")
     torch.manual_seed(spec.seed)
     env = make_env(spec.config["task"], spec.config["sim"], str(device), spec.seed)
     k_ticks = int(spec.training["env_steps_per_sync"])

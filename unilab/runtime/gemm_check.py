@@ -3,8 +3,9 @@
 Found on an H200 (driver 580.159.04, torch 2.11 with CUDA 13.0, 2026-11-29): with
 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE at 70, 75 or 80 % (92, 98, 104 SMs), bf16 and fp16 cuBLAS
 products of the learner's shapes came back NaN or wrong, without any error; fp32 was exact, and
-25, 50, 60, 90 and 100 % were exact too. A process started with a share checks once, after its
-CUDA context exists, and fails closed instead of training on corrupt arithmetic.
+25, 50, 60, 90 and 100 % were exact too. The learner (the role that runs bf16) started with a
+share checks once, after its CUDA context exists, and fails closed instead of training on corrupt
+arithmetic. The collector computes in fp32 and is not checked.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def check_half_gemm(device, role: str, share: str, **kwargs) -> None:
 
 
 def check_under_thread_share(device, role: str) -> None:
-    """The check, when this process runs on CUDA with an MPS thread share; else nothing."""
+    """The check, when this process runs on CUDA with an MPS thread share; else nothing.
+    Called by the learner."""
     share = os.environ.get(SHARE_VAR)
     if share and device.type == "cuda":
         check_half_gemm(device, role, share)
