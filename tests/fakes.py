@@ -125,33 +125,37 @@ def _spawned_children(pipe_dir: Path) -> dict[int, dict[str, str]]:
     return pids
 
 
-CLIENT_SCRIPT = textwrap.dedent(
+# The client side of a fake nvidia-cuda-mps-control: each stdin line is one command sent over
+# `<pipe dir>/control`, the reply goes to stdout. Shared with the fake that also runs daemons
+# (fakes_mps_tool.py); inserted into a script by str.format, so its braces are single.
+CONTROL_CLIENT = textwrap.dedent(
     """\
-    #!{python}
-    import os, socket, sys
-    path = os.path.join(os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps"), "control")
-    for line in sys.stdin:
-        line = line.strip()
-        if not line:
-            continue
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            s.connect(path)
-        except OSError as exc:
-            print(f"Cannot find MPS control daemon process ({{exc}})", file=sys.stderr)
-            sys.exit(1)
-        s.sendall((line + "\\n").encode())
-        data = b""
-        while chunk := s.recv(4096):
-            data += chunk
-        sys.stdout.write(data.decode())
+    def client():
+        path = os.path.join(os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps"), "control")
+        for line in sys.stdin:
+            line = line.strip()
+            if not line:
+                continue
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(path)
+            except OSError as exc:
+                print(f"Cannot find MPS control daemon process ({exc})", file=sys.stderr)
+                sys.exit(1)
+            s.sendall((line + "\\n").encode())
+            data = b""
+            while chunk := s.recv(4096):
+                data += chunk
+            sys.stdout.write(data.decode())
     """
 )
+
+CLIENT_SCRIPT = "#!{python}\nimport os, socket, sys\n{client}\nclient()\n"
 
 
 def install_fake_control_binary(bin_dir: Path) -> Path:
     bin_dir.mkdir(parents=True, exist_ok=True)
     exe = bin_dir / "nvidia-cuda-mps-control"
-    exe.write_text(CLIENT_SCRIPT.format(python=sys.executable))
+    exe.write_text(CLIENT_SCRIPT.format(python=sys.executable, client=CONTROL_CLIENT))
     exe.chmod(0o755)
     return exe

@@ -17,6 +17,8 @@ import textwrap
 import time
 from pathlib import Path
 
+from fakes import CONTROL_CLIENT
+
 CONTROL_SCRIPT = textwrap.dedent(
     """\
     #!{python}
@@ -66,23 +68,7 @@ CONTROL_SCRIPT = textwrap.dedent(
         sock.close()
         cleanup()
 
-    def client():
-        for line in sys.stdin:
-            line = line.strip()
-            if not line:
-                continue
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                s.connect(CONTROL)
-            except OSError as exc:
-                print(f"Cannot find MPS control daemon process ({{exc}})", file=sys.stderr)
-                sys.exit(1)
-            s.sendall((line + "\\n").encode())
-            data = b""
-            while chunk := s.recv(4096):
-                data += chunk
-            sys.stdout.write(data.decode())
-
+    {client}
     behaviour = os.environ.get("FAKE_MPS_START", "")
     if sys.argv[1:] == ["-d"]:
         if behaviour == "fail":
@@ -111,7 +97,7 @@ SMI_SCRIPT = textwrap.dedent(
 def install_fake_mps_tools(bin_dir: Path) -> Path:
     bin_dir.mkdir(parents=True, exist_ok=True)
     control = bin_dir / "nvidia-cuda-mps-control"
-    control.write_text(CONTROL_SCRIPT.format(python=sys.executable))
+    control.write_text(CONTROL_SCRIPT.format(python=sys.executable, client=CONTROL_CLIENT))
     control.chmod(0o755)
     smi = bin_dir / "nvidia-smi"
     smi.write_text(SMI_SCRIPT.format())
