@@ -83,42 +83,40 @@ PY
   $U config diff $pair > "$S/gate_${name}_diff.txt" 2>&1; echo "config diff rc=$?"; cat "$S/gate_${name}_diff.txt"
 }
 
-gpu0_queue() {
-  gate fastsac g1_walk_flat 2048 20
-  gate flashsac g1_motion_tracking 2048 10
-  gate flashsac g1_walk_flat 4096 10
-  log "roles alone (GPU 0, no MPS)"
-  local uuid0; uuid0=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0)
-  for spec in "fastsac g1_walk_flat 2048" "fastsac g1_walk_flat 2048 algo.compile=false" \
-              "flashsac g1_motion_tracking 2048" "flashsac g1_walk_flat 4096"; do
-    set -- $spec
-    local sets="${4:-} $SIMX"
-    CUDA_VISIBLE_DEVICES=$uuid0 timeout 300 python3 benchmarks/roles_alone.py --algo $1 --task $2 --envs $3 \
-      --set $sets --json "$S/roles_$1_$2_$3${4:+_eager}.json" 2>&1 | grep -E "ms|per_s|Error"
-  done
+env_tables() {  # env throughput with the captured and the eager task step, GPU 0, no MPS
   log "env throughput (GPU 0)"
+  local g uuid0; uuid0=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0)
   for g in "" --no-task-graph; do
     CUDA_VISIBLE_DEVICES=$uuid0 timeout 240 python3 benchmarks/env_throughput.py --tasks g1_walk_flat g1_motion_tracking \
       --envs 2048 4096 --iters 100 $g --json "$S/env${g:+_eager}.json" 2>&1 | grep -E "\||graph"
   done
+}
+
+roles() {  # "ALGO TASK ENVS [KEY=VALUE]"...: each role alone on GPU 0 (no MPS), plus a kernel profile of the cycle
+  log "roles alone (GPU 0, no MPS)"
+  local spec tag uuid0; uuid0=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0)
+  for spec in "$@"; do
+    set -- $spec
+    tag="$1_$2_$3${4:+_eager}"
+    CUDA_VISIBLE_DEVICES=$uuid0 timeout 300 python3 benchmarks/roles_alone.py --algo $1 --task $2 --envs $3 \
+      --set ${4:-} $SIMX --json "$S/roles_$tag.json" --profile "$S/profile_$tag.txt" 2>&1 | grep -E "ms|per_s|Error"
+  done
+}
+
+gpu0_queue() {
+  gate fastsac g1_walk_flat 2048 20
+  gate flashsac g1_motion_tracking 2048 10
+  gate flashsac g1_walk_flat 4096 10
+  roles "fastsac g1_walk_flat 2048" "fastsac g1_walk_flat 2048 algo.compile=false" \
+        "flashsac g1_motion_tracking 2048" "flashsac g1_walk_flat 4096"
+  env_tables
   log "gpu0 queue done"
 }
 
 single_queue() {  # everything still open, on one H200
   gpu_checks
-  log "env throughput"
-  for g in "" --no-task-graph; do
-    timeout 240 python3 benchmarks/env_throughput.py --tasks g1_walk_flat g1_motion_tracking \
-      --envs 2048 4096 --iters 100 $g --json "$S/env${g:+_eager}.json" 2>&1 | grep -E "\||graph"
-  done
-  log "roles alone"
-  for spec in "fastsac g1_walk_flat 2048" "fastsac g1_walk_flat 2048 algo.compile=false" \
-              "flashsac g1_motion_tracking 2048"; do
-    set -- $spec
-    local tag="$1_$2_$3${4:+_eager}"
-    timeout 300 python3 benchmarks/roles_alone.py --algo $1 --task $2 --envs $3 --set ${4:-} $SIMX \
-      --json "$S/roles_$tag.json" --profile "$S/profile_$tag.txt" 2>&1 | grep -E "ms|per_s|Error"
-  done
+  env_tables
+  roles "fastsac g1_walk_flat 2048" "fastsac g1_walk_flat 2048 algo.compile=false" "flashsac g1_motion_tracking 2048"
   $U mps start --gpu 0; echo "mps start rc=$?"
   gate flashsac g1_motion_tracking 2048 10
   gate fastsac g1_walk_flat 2048 20
