@@ -6,7 +6,9 @@
 #   bash benchmarks/h200_session.sh collect   # results -> $OUT/session.tgz
 # Single pieces (e.g. on one H200): `checks`, `mps` (per-GPU daemons), `gate ALGO TASK ENVS THRESHOLD [KEY=VALUE..]`.
 # One H200 (kind nvidia-h200): `setsid nohup bash benchmarks/h200_session.sh single > /tmp/session/single.log 2>&1 &`
-#   runs checks, env throughput, each role alone (plus a kernel profile), then both gates, on GPU 0.
+#   runs checks, env throughput, each role alone (plus a kernel profile), then both gates, on GPU 0;
+#   `... h200_session.sh priority > /tmp/session/single.log ...`: MPS runs with a below-normal vs a normal
+#   collector (training.mps_client_priority), then each role alone.
 # GPU 0 queue: the MPS gate (FastSAC walk flat, FlashSAC tracking), FlashSAC walk flat A/B, each role
 #              alone, env throughput. GPU 1 queue: the two 15 min learning runs (two segments each,
 #              joined by training.resume), side by side under MPS.
@@ -124,6 +126,29 @@ single_queue() {  # everything still open, on one H200
   log "single queue done"
 }
 
+priority() {  # algo task envs: MPS runs (seed 1) with the collector at below-normal, then normal priority
+  local name=prio_$1_$2 d
+  log "MPS client priority $name"
+  (eval "$($U mps env --gpu 0)"
+   $T -m +execution=mps +bench=offpolicy_gate --algo $1 --task $2 training.device=cuda:0 task.num_envs=$3 \
+     training.seed=1 training.mps_client_priority.collector=below_normal,null training.log_dir=/tmp/gate/$name \
+     $SIMX "${@:4}" > "$S/$name.log" 2>&1
+   echo "multirun rc=$?")
+  for d in /tmp/gate/$name/2*; do
+    python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['training']; print('collector priority:', t['mps_client_priority']['collector'])" "$d/run_config.json"
+    $U bench extract "$d" > "$S/${name}_$(basename "$d").txt" 2>&1; head -30 "$S/${name}_$(basename "$d").txt"
+  done
+}
+
+priority_queue() {  # session 4, one H200: does a below-normal collector bring the MPS iteration to the learner's own?
+  $U mps start --gpu 0; echo "mps start rc=$?"
+  priority fastsac g1_walk_flat 2048
+  priority flashsac g1_motion_tracking 2048
+  $U mps stop --gpu 0
+  roles "flashsac g1_motion_tracking 2048" "fastsac g1_walk_flat 2048"
+  log "single queue done"
+}
+
 learn() {  # name algo task envs keys...
   local name=$1 algo=$2 task=$3 envs=$4; shift 4
   (eval "$($U mps env --gpu 1)"
@@ -154,6 +179,7 @@ case "${1:-}" in
   gpu0) gpu0_queue ;;
   gpu1) gpu1_queue ;;
   single) single_queue ;;
+  priority) priority_queue ;;
   wait)
     end=$(( $(date +%s) + ${2:-500} ))
     while [ "$(date +%s)" -lt "$end" ]; do
@@ -169,5 +195,5 @@ case "${1:-}" in
     $U mps stop --gpu 0; [ "$(nvidia-smi -L | wc -l)" -gt 1 ] && $U mps stop --gpu 1; $U mps status
     tar -czf "$OUT/session.tgz" --exclude='*.pt' --exclude='tensorboard' "$S" /tmp/dp /tmp/gate /tmp/learn 2>/dev/null
     ls -la "$OUT" ;;
-  *) echo "usage: $0 start|single|wait S|collect|checks|mps|gate ALGO TASK ENVS THRESHOLD [KEY=VALUE..]"; exit 2 ;;
+  *) echo "usage: $0 start|single|priority|wait S|collect|checks|mps|gate ALGO TASK ENVS THRESHOLD [KEY=VALUE..]"; exit 2 ;;
 esac

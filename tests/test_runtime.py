@@ -250,21 +250,26 @@ def test_two_ranks_on_cpu_stay_in_sync(tmp_path):
     assert dp["world_size"] == 2 and dp["actor_params_equal"] is True, dp
 
 
-def test_mps_thread_percentage_per_role(tmp_path, mps_on_cpu_children, daemon):
-    """training.mps_active_thread_percentage: each child starts with its own share; the manifest notes it."""
+def test_mps_thread_percentage_and_priority_per_role(tmp_path, mps_on_cpu_children, daemon):
+    """training.mps_active_thread_percentage / mps_client_priority: each child starts with its own
+    CUDA_MPS_* variables; the manifest notes them."""
     from unilab.cli.train import main as train_main
 
     daemon.servers[4242] = []
     daemon.clients_from_proc = True
     train_main([*SMOKE, f"training.log_dir={tmp_path}", "+execution=mps", "algo.max_iterations=3",
                 "training.mps_active_thread_percentage.learner=30",
-                "training.mps_active_thread_percentage.collector=70"])
+                "training.mps_active_thread_percentage.collector=70",
+                "training.mps_client_priority.collector=below_normal"])
     sharing = json.loads((only_run(tmp_path) / "runtime_manifest.json").read_text())["cuda_process_sharing"]
     assert sharing["effective"] == "mps"
     pids = sharing["client_pids"]
     shares = {role: daemon.client_env[pid].get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") for role, pid in pids.items()}
     assert shares == {"learner": "30", "collector": "70"}
-    assert any("=30 for the learner" in note for note in sharing["notes"])
+    priority = {role: daemon.client_env[pid].get("CUDA_MPS_CLIENT_PRIORITY") for role, pid in pids.items()}
+    assert priority == {"learner": None, "collector": "1"}
+    assert any("PERCENTAGE=30 for the learner" in note for note in sharing["notes"])
+    assert any("CUDA_MPS_CLIENT_PRIORITY=1 for the collector" in note for note in sharing["notes"])
 
 
 def test_null_mode_records_ambient_mps(tmp_path, fake_host, daemon):

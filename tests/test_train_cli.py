@@ -105,6 +105,18 @@ def test_bad_thread_share_fails_before_the_run(tmp_path, spies, capsys, fake_hos
     assert run_dirs(log_dir) == [] and spies[0].calls == []
 
 
+@pytest.mark.parametrize("mode, priority, needle", [
+    ("+execution=mps", "low", "mps_client_priority"),
+    ("+execution=default", "below_normal", "applies to MPS clients only"),
+])
+def test_bad_client_priority_fails_before_the_run(tmp_path, spies, capsys, fake_host, daemon, mode, priority,
+                                                  needle):
+    log_dir = tmp_path / "runs"
+    code = run_train(mode, f"training.mps_client_priority.collector={priority}", f"training.log_dir={log_dir}")
+    assert code == 2 and needle in capsys.readouterr().err
+    assert run_dirs(log_dir) == [] and spies[0].calls == []
+
+
 def test_mps_valid_writes_evidence(tmp_path, spies, fake_host, daemon):
     log_dir = tmp_path / "runs"
     assert run_train("+execution=mps", f"training.log_dir={log_dir}") == 0

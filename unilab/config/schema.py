@@ -44,6 +44,24 @@ class MpsThreadShare:
     collector: Optional[int] = None
 
 
+class MpsPriority(str, Enum):
+    """CUDA_MPS_CLIENT_PRIORITY: the MPS server schedules a normal client's pending work before a
+    below-normal one's. A hint to the scheduler, not preemption."""
+
+    normal = "normal"
+    below_normal = "below_normal"
+
+
+@dataclass
+class MpsClientPriority:
+    """CUDA_MPS_CLIENT_PRIORITY per role (null: unset, i.e. normal). For `+execution=mps` runs;
+    refused in null mode. Lowering the collector lets the learner's update, the longer of the two
+    per iteration, run nearer its solo speed while the physics fills the SMs it leaves idle."""
+
+    learner: Optional[MpsPriority] = None
+    collector: Optional[MpsPriority] = None
+
+
 @dataclass
 class TrainingConfig(ExecutionConfig):
     device: str = "cuda:0"
@@ -63,6 +81,7 @@ class TrainingConfig(ExecutionConfig):
     # cannot take them as clients (a clean non-MPS baseline for A/B runs from one shell).
     block_ambient_mps: bool = False
     mps_active_thread_percentage: MpsThreadShare = field(default_factory=MpsThreadShare)
+    mps_client_priority: MpsClientPriority = field(default_factory=MpsClientPriority)
     no_play: bool = True  # false: after a completed run, play the policy deterministically (play.json)
     play_envs: Optional[int] = None  # envs of that play (null: task.num_envs)
     play_steps: Optional[int] = None  # control steps of that play (null: one full episode)

@@ -92,12 +92,10 @@ def launch(prepared: PreparedRun, cfg: DictConfig) -> int:
     started = time.monotonic()
     previous = _install_signal_handlers(state)
     try:
-        shares = prepared.thread_shares
         for spec, env, evidence, device in ranks:
             for role in ("learner", "collector"):
-                role_env = {**env, **({"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(shares[role])} if role in shares
-                                      else {})}
-                with environ(role_env):  # fixed before the child's interpreter starts: before any CUDA init
+                # fixed before the child's interpreter starts: before any CUDA init
+                with environ({**env, **prepared.role_mps_env.get(role, {})}):
                     procs[spec.name(role)].start()
             mode = f" (MPS, {evidence.gpu_uuid})" if evidence.configured == "mps" else ""
             print(f"unilab: rank {spec.rank}: learner pid {procs[spec.name('learner')].pid}, collector pid "
@@ -306,8 +304,8 @@ def _verify_mps(prepared, evidence, children: dict):
     learner_pid = next(pid for pid, name in pids.items() if name.startswith("learner"))
     servers = report.server_pids
     server = next((s for s, cs in report.clients_by_server.items() if learner_pid in cs), None)
-    notes = [*evidence.notes, *(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={p} for the {role} (experiment)"
-                                for role, p in prepared.thread_shares.items())]
+    notes = [*evidence.notes, *(f"{key}={value} for the {role}" for role, variables in prepared.role_mps_env.items()
+                                for key, value in variables.items())]
     return None, evidence.model_copy(update={
         "effective": "mps", "clients_verified": True, "notes": notes,
         "client_pids": {name.split("[")[0]: pid for pid, name in pids.items()},

@@ -32,7 +32,7 @@ class PreparedRun:
     resume_checkpoint: str | None = None
     rank_devices: list[str] | None = None
     rank_evidence: list[CudaProcessSharingEvidence] | None = None
-    thread_shares: dict[str, int] = field(default_factory=dict)  # role -> CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
+    role_mps_env: dict[str, dict[str, str]] = field(default_factory=dict)  # role -> CUDA_MPS_* variables
 
 
 def execution_evidence(cfg: DictConfig) -> CudaProcessSharingEvidence:
@@ -123,24 +123,38 @@ def _archive_segment(run_dir: Path) -> None:
             (run_dir / name).replace(target / name)
 
 
-def thread_shares(training: dict) -> dict[str, int]:
-    """role -> CUDA_MPS_ACTIVE_THREAD_PERCENTAGE from training.mps_active_thread_percentage (checked)."""
+MPS_PRIORITY_LEVEL = {"normal": "0", "below_normal": "1"}  # CUDA_MPS_CLIENT_PRIORITY values
+
+
+def role_mps_env(training: dict) -> dict[str, dict[str, str]]:
+    """role -> the CUDA_MPS_* variables its child starts with, from training.mps_active_thread_percentage
+    and training.mps_client_priority (checked)."""
     shares = {role: value for role, value in (training.get("mps_active_thread_percentage") or {}).items()
               if value is not None}
     for role, value in shares.items():
         if not 1 <= int(value) <= 100:
             raise ConfigError(f"training.mps_active_thread_percentage.{role}={value}: expected 1 to 100 (percent "
                               "of the GPU's SMs a role's kernels may use), or null")
-    if shares and training.get("cuda_process_sharing") != "mps":
-        raise ConfigError("training.mps_active_thread_percentage applies to MPS clients only: add +execution=mps "
-                          "or leave it null")
-    return {role: int(value) for role, value in shares.items()}
+    priorities = {role: str(getattr(value, "value", value))
+                  for role, value in (training.get("mps_client_priority") or {}).items() if value is not None}
+    for role, value in priorities.items():
+        if value not in MPS_PRIORITY_LEVEL:
+            raise ConfigError(f"training.mps_client_priority.{role}={value}: expected normal, below_normal or null")
+    for key, given in (("mps_active_thread_percentage", shares), ("mps_client_priority", priorities)):
+        if given and training.get("cuda_process_sharing") != "mps":
+            raise ConfigError(f"training.{key} applies to MPS clients only: add +execution=mps or leave it null")
+    env: dict[str, dict[str, str]] = {}
+    for role, value in shares.items():
+        env.setdefault(role, {})["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(int(value))
+    for role, value in priorities.items():
+        env.setdefault(role, {})["CUDA_MPS_CLIENT_PRIORITY"] = MPS_PRIORITY_LEVEL[value]
+    return env
 
 
 def prepare_run(cfg: DictConfig) -> PreparedRun:
     evidence = execution_evidence(cfg)
     config = resolved_config(cfg)
-    shares = thread_shares(config["training"])
+    mps_env = role_mps_env(config["training"])
     devices = rank_devices(config["training"])
     _check_gpus_visible(devices)
     per_rank = _rank_evidence(evidence, devices, float(config["training"]["mps_probe_timeout_s"]))
@@ -161,4 +175,4 @@ def prepare_run(cfg: DictConfig) -> PreparedRun:
     )
     manifest.write(run_dir)
     return PreparedRun(run_dir=run_dir, config=config, manifest=manifest, resume_checkpoint=checkpoint,
-                       rank_devices=devices, rank_evidence=per_rank, thread_shares=shares)
+                       rank_devices=devices, rank_evidence=per_rank, role_mps_env=mps_env)
