@@ -8,7 +8,8 @@
 # One H200 (kind nvidia-h200): `setsid nohup bash benchmarks/h200_session.sh single > /tmp/session/single.log 2>&1 &`
 #   runs checks, env throughput, each role alone (plus a kernel profile), then both gates, on GPU 0;
 #   `... h200_session.sh priority > /tmp/session/single.log ...`: MPS runs with a below-normal vs a normal
-#   collector (training.mps_client_priority), then each role alone.
+#   collector (training.mps_client_priority), then each role alone; `session4`: compiled FlashSAC alone,
+#   side-by-side bounds (roles_alone.py --side-by-side), FlashSAC gate (seed 1), FastSAC inductor tuning.
 # GPU 0 queue: the MPS gate (FastSAC walk flat, FlashSAC tracking), FlashSAC walk flat A/B, each role
 #              alone, env throughput. GPU 1 queue: the two 15 min learning runs (two segments each,
 #              joined by training.resume), side by side under MPS.
@@ -149,6 +150,47 @@ priority_queue() {  # session 4, one H200: does a below-normal collector bring t
   log "single queue done"
 }
 
+side_by_side() {  # algo task envs: both roles flat out and uncoupled as MPS clients, then the coupled bound
+  local tag=$1_$2_$3 d=/tmp/side_$1_$2_$3 r
+  log "side by side $tag (MPS clients of GPU 0's daemon)"
+  rm -rf "$d"; mkdir -p "$d"
+  (eval "$($U mps env --gpu 0)"
+   for r in learner collector; do
+     timeout 420 python3 benchmarks/roles_alone.py --algo $1 --task $2 --envs $3 --role $r --side-by-side "$d" \
+       --seconds 20 > "$S/side_${tag}_$r.log" 2>&1 &
+   done
+   # while they run: both must be clients of the server, or the numbers are time-slicing's
+   while [ ! -f "$d/learner.ready" ] || [ ! -f "$d/collector.ready" ]; do sleep 2; done; sleep 5
+   for srv in $(echo get_server_list | nvidia-cuda-mps-control); do
+     echo "server $srv clients: $(echo "get_client_list $srv" | nvidia-cuda-mps-control | tr '\n' ' ')"; done
+   wait)
+  tail -1 "$S/side_${tag}_learner.log"; tail -1 "$S/side_${tag}_collector.log"
+  python3 benchmarks/roles_alone.py --bound "$d" --alone "$S/roles_$tag.json" | tee "$S/bound_$tag.json"
+}
+
+session4_queue() {  # one H200: compiled FlashSAC, side-by-side bounds, FastSAC inductor tuning
+  roles "flashsac g1_motion_tracking 2048"
+  $U mps start --gpu 0; echo "mps start rc=$?"
+  side_by_side flashsac g1_motion_tracking 2048
+  gate flashsac g1_motion_tracking 2048 10 training.seed=1
+  roles "fastsac g1_walk_flat 2048"
+  log "fastsac alone with inductor coordinate-descent tuning"
+  local uuid0; uuid0=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0)
+  CUDA_VISIBLE_DEVICES=$uuid0 TORCHINDUCTOR_COORDINATE_DESCENT_TUNING=1 timeout 400 python3 benchmarks/roles_alone.py \
+    --algo fastsac --task g1_walk_flat --envs 2048 --json "$S/roles_fastsac_cdt.json" 2>&1 | grep -E "ms|Error"
+  side_by_side fastsac g1_walk_flat 2048
+  log "fastsac MPS, collector at 50 % of the SMs and below-normal priority"
+  (eval "$($U mps env --gpu 0)"
+   $T +execution=mps +bench=offpolicy_gate --algo fastsac --task g1_walk_flat training.device=cuda:0 task.num_envs=2048 \
+     training.mps_active_thread_percentage.collector=50 training.mps_client_priority.collector=below_normal \
+     training.log_dir=/tmp/gate/fastsac_c50_low > "$S/fastsac_c50_low.log" 2>&1; echo "rc=$?")
+  $U bench extract /tmp/gate/fastsac_c50_low/2* | head -16
+  $U mps stop --gpu 0
+  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_flashsac.py -k cuda > "$S/test_flashsac_cuda.log" 2>&1
+  tail -2 "$S/test_flashsac_cuda.log"
+  log "single queue done"
+}
+
 learn() {  # name algo task envs keys...
   local name=$1 algo=$2 task=$3 envs=$4; shift 4
   (eval "$($U mps env --gpu 1)"
@@ -180,6 +222,7 @@ case "${1:-}" in
   gpu1) gpu1_queue ;;
   single) single_queue ;;
   priority) priority_queue ;;
+  session4) session4_queue ;;
   wait)
     end=$(( $(date +%s) + ${2:-500} ))
     while [ "$(date +%s)" -lt "$end" ]; do
@@ -195,5 +238,5 @@ case "${1:-}" in
     $U mps stop --gpu 0; [ "$(nvidia-smi -L | wc -l)" -gt 1 ] && $U mps stop --gpu 1; $U mps status
     tar -czf "$OUT/session.tgz" --exclude='*.pt' --exclude='tensorboard' "$S" /tmp/dp /tmp/gate /tmp/learn 2>/dev/null
     ls -la "$OUT" ;;
-  *) echo "usage: $0 start|single|priority|wait S|collect|checks|mps|gate ALGO TASK ENVS THRESHOLD [KEY=VALUE..]"; exit 2 ;;
+  *) echo "usage: $0 start|single|priority|session4|wait S|collect|checks|mps|gate ALGO TASK ENVS THRESHOLD [KEY=VALUE..]"; exit 2 ;;
 esac

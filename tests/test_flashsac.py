@@ -210,6 +210,32 @@ def test_unit_norm_holds_after_optimiser_steps():
     torch.testing.assert_close(layer.weight.norm(dim=-1), torch.ones(2, 3))
 
 
+def test_compiled_cycle_matches_eager(monkeypatch):
+    """algo.compile=true: the cycle calls compiled losses and sphere projections (inductor; C++ on the
+    CPU) that leave every weight, BatchNorm statistic and the temperature where the eager cycle does."""
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.setattr(inductor_config, "fallback_random", True)  # eager's RNG stream, for the comparison
+    eager, compiled = learner(replace(TINY, compile=False), seed=3), learner(replace(TINY, compile=True), seed=3)
+    assert compiled.compiled and not eager.compiled
+    assert compiled._critic_loss_fn is not compiled._critic_loss and eager._critic_loss_fn == eager._critic_loss
+    assert not learner(seed=3).compiled  # compile=null: only where the cycle is a CUDA graph
+    metrics = []
+    for lrn in (eager, compiled):
+        torch.manual_seed(0)
+        metrics.append([lrn.update() for _ in range(2)])
+    for a, b in zip(*metrics):
+        for key in a:
+            torch.testing.assert_close(b[key], a[key], atol=1e-5, rtol=1e-4, msg=key)
+    for name in ("actor", "critic", "critic_target"):
+        want, got = getattr(eager, name).state_dict(), getattr(compiled, name).state_dict()
+        for key in want:
+            torch.testing.assert_close(got[key], want[key], atol=1e-5, rtol=1e-4, msg=f"{name}.{key}")
+    torch.testing.assert_close(compiled.log_alpha, eager.log_alpha)
+    assert_on_spheres(compiled.critic_target)
+    assert eager.critic.trunk.input_norm.updates.item() > 0  # the losses did update BatchNorm statistics
+
+
 def test_learning_rate_lives_in_one_device_tensor_that_follows_the_schedule():
     cfg = replace(TINY, lr=1e-3, lr_init=0.0, lr_end=1e-4, lr_warmup_steps=4, lr_decay_steps=20)
     lrn = learner(cfg)
@@ -292,11 +318,22 @@ def test_state_dict_round_trip_continues_identically():
     assert all(g["lr"] is other.lr for g in other.critic_opt.param_groups)
 
 
-def test_bandit_deterministic_action_approaches_the_optimum():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA"))])
+def test_bandit_deterministic_action_approaches_the_optimum(device):
+    """On CUDA with the defaults: bf16, compiled losses and projections, the cycle one captured graph."""
     cfg = replace(TINY, batch_size=128, updates_per_step=4, policy_delay=1, num_envs=64, lr=3e-3, lr_init=3e-3,
                   lr_end=3e-3, target_action_std=0.1)
     torch.manual_seed(0)
-    lrn = make_learner(cfg, 4, 4, 2, "cpu", 0)
+    torch.set_default_device(device)
+    try:
+        _bandit(make_learner(cfg, 4, 4, 2, device, 0))
+    finally:
+        torch.set_default_device(None)
+
+
+def _bandit(lrn) -> None:
+    assert lrn.compiled == lrn.use_graph == (lrn.device.type == "cuda")
     best = torch.tensor([0.5, -0.3])
 
     def play(actions):
@@ -319,6 +356,8 @@ def test_bandit_deterministic_action_approaches_the_optimum():
         play(lrn.act(torch.randn(64, 4)))
     assert all(math.isfinite(float(v)) for v in metrics.values())
     assert error() < min(0.4, 0.5 * start), (start, error())
+    assert lrn._graph is not None or not lrn.use_graph
+    assert_on_spheres(lrn.critic)
 
 
 def test_export_onnx_matches_act(tmp_path):

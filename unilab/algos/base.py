@@ -79,6 +79,12 @@ class OffPolicyLearner(ABC):
         self._chunk = 0  # rows per add(), for ready()
         self.metric_names = metric_names
 
+    def _maybe_compiled(self, fn):
+        """`fn` compiled by inductor when `cfg.compile` says so (null: wherever the cycle is a CUDA graph),
+        else `fn` itself. Sets `self.compiled`."""
+        self.compiled = self.use_graph if self.cfg.compile is None else bool(self.cfg.compile)
+        return torch.compile(fn, dynamic=False) if self.compiled else fn
+
     def _start_acting(self) -> None:
         """After `self.acting` exists: order publish_policy (learner stream) against act (acting stream)."""
         if self.on_cuda:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 
 @dataclass
@@ -15,3 +16,7 @@ class OffPolicyAlgoConfig:
     replay_capacity: int = 1_000_000
     gamma: float = 0.99
     learning_starts: int = 10
+    # torch.compile the losses (fuses norms, activations, softmaxes and the categorical projection,
+    # forward and backward) before the cycle is captured; costs ~1 min at start-up.
+    # null: on where the cycle is a CUDA graph (FastSAC on the H200: 28.5 -> 10.7 ms), off on the CPU.
+    compile: Optional[bool] = None

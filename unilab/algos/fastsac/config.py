@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from unilab.algos.config import OffPolicyAlgoConfig
 
@@ -33,9 +32,5 @@ class FastSACConfig(OffPolicyAlgoConfig):
     obs_clip: float = 10.0
     bf16: bool = True
     cuda_graph: bool = True
-    # torch.compile the critic and actor losses (fuses LayerNorm, activations, softmaxes and the C51
-    # projection, forward and backward) before the cycle is captured; costs ~1 min at start-up.
-    # null: on where the cycle is a CUDA graph (measured on the H200: 28.5 -> 10.7 ms), off on the CPU.
-    compile: Optional[bool] = None
     # Eager update cycles run on a side stream before the graph is captured (they are real updates).
     cuda_graph_warmup: int = 3

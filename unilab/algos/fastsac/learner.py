@@ -80,10 +80,8 @@ class FastSACLearner(OffPolicyLearner):
 
         # The losses as the cycle calls them: compiled by inductor (fuses LayerNorm, softmaxes and the C51
         # projection, forward and backward) before the cycle is captured, or plain eager kernels.
-        self.compiled = self.use_graph if cfg.compile is None else bool(cfg.compile)
-        wrap = (lambda fn: torch.compile(fn, dynamic=False)) if self.compiled else (lambda fn: fn)
-        self._critic_loss_fn = wrap(self._critic_loss)
-        self._actor_loss_fn = wrap(self._actor_loss)
+        self._critic_loss_fn = self._maybe_compiled(self._critic_loss)
+        self._actor_loss_fn = self._maybe_compiled(self._actor_loss)
 
         self._init_shared_state(METRICS)
 

@@ -20,7 +20,8 @@ Choices worth knowing:
   (pre-tanh log-std + tanh log-Jacobian at the sample): alpha grows while the policy is narrower than the
   target std and shrinks while it is wider;
 - one learning rate for actor, critic and temperature, held in a device tensor that the (captured) cycle
-  recomputes from a device step counter before every gradient step (capturable Adam reads it).
+  recomputes from a device step counter before every gradient step (capturable Adam reads it);
+- the actor's loss runs with the critic frozen (requires_grad off), so no critic weight gradient is computed.
 """
 
 from __future__ import annotations
@@ -97,6 +98,15 @@ class FlashSACLearner(OffPolicyLearner):
         # BatchNorm running statistics stay per rank (each rank's own data), as the reward normaliser does.
         self._init_shared_state(METRICS)
 
+        # What the cycle calls: compiled by inductor (fuses the BatchNorm/RMSNorm, residual, softmax and
+        # projection kernels, forward and backward, and the sphere projections) before the cycle is
+        # captured, or the eager methods.
+        self._critic_loss_fn = self._maybe_compiled(self._critic_loss)
+        self._actor_loss_fn = self._maybe_compiled(self._actor_loss)
+        self._project_critic_fn = self._maybe_compiled(self._project_critic)
+        self._ema_target_fn = self._maybe_compiled(self._ema_target)
+        self._project_actor_fn = self._maybe_compiled(self._project_actor)
+
         self.acting = ActingPolicy(self.actor)
         self.noise = RepeatedNoise(
             repeat_length_probs(cfg.noise_repeat_max, cfg.noise_repeat, cfg.noise_repeat_exponent), dev
@@ -118,16 +128,13 @@ class FlashSACLearner(OffPolicyLearner):
     def _expected(self, logits: Tensor) -> Tensor:
         return (logits.softmax(-1) * self.support).sum(-1)
 
-    def _step(self, update_actor: bool) -> dict[str, Tensor]:
+    def _critic_loss(self, b: dict[str, Tensor], alpha: Tensor) -> tuple[Tensor, Tensor]:
+        """Cross-entropy of the members against the projected target distribution (summed over members),
+        and their mean expected value. Updates both critics' BatchNorm statistics."""
         cfg = self.cfg
-        self.lr.copy_(warmup_cosine(self.lr_step, **self._schedule))
-        self.lr_step.add_(1.0)
-        b = self.replay.sample(cfg.batch_size)
-        n = cfg.batch_size
+        n = b["action"].shape[0]
         reward = self.reward_norm.normalize(b["reward"])
-        alpha = self.log_alpha.detach().exp()
         joint_obs = torch.cat([b["critic_obs"], b["next_critic_obs"]])
-
         with torch.no_grad():
             with self._autocast():
                 next_action, next_logp, _ = self.actor.sample(b["next_obs"])
@@ -142,25 +149,58 @@ class FlashSACLearner(OffPolicyLearner):
         with self._autocast():
             logits = self.critic(joint_obs, torch.cat([b["action"], next_action]), True)[:, :n]
         log_probs = logits.log_softmax(-1)
-        critic_loss = -(target * log_probs).sum(-1).mean(-1).sum()  # cross-entropy, summed over members
+        loss = -(target * log_probs).sum(-1).mean(-1).sum()
+        return loss, (log_probs.detach().exp() * self.support).sum(-1).mean()
+
+    def _actor_loss(self, b: dict[str, Tensor], alpha: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """SAC actor loss on the members' mean expected value (critic read with running statistics), the
+        log-probs of its actions and their per-dimension action-space log-std. Call with the critic
+        frozen, so that no critic weight gradient is computed."""
+        with self._autocast():
+            action, logp, action_log_std = self.actor.sample(b["obs"], batch_stats=True)
+            q = self._expected(self.critic(b["critic_obs"], action, False)).mean(0)
+        return (alpha * logp - q).mean(), logp, action_log_std
+
+    # The sphere projections and the EMA, as separate functions: inductor (torch 2.13, C++) fails to
+    # compile the critic's projection, the EMA reading it and the target's projection as one graph.
+    def _project_critic(self) -> None:
+        with torch.no_grad():
+            project_weights_(self.critic)
+
+    def _ema_target(self) -> None:
+        """EMA of the (projected) critic into the target, then the target back onto its spheres."""
+        with torch.no_grad():
+            torch._foreach_lerp_(list(self.critic_target.parameters()), list(self.critic.parameters()), self.cfg.tau)
+            project_weights_(self.critic_target)
+
+    def _project_actor(self) -> None:
+        with torch.no_grad():
+            project_weights_(self.actor)
+
+    def _step(self, update_actor: bool) -> dict[str, Tensor]:
+        self.lr.copy_(warmup_cosine(self.lr_step, **self._schedule))
+        self.lr_step.add_(1.0)
+        b = self.replay.sample(self.cfg.batch_size)
+        alpha = self.log_alpha.detach().exp()
+
+        critic_loss, q_mean = self._critic_loss_fn(b, alpha)
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
         if self._critic_grad_sync is not None:
             self._critic_grad_sync()
         self.critic_opt.step()
-        with torch.no_grad():
-            project_weights_(self.critic)
-            torch._foreach_lerp_(list(self.critic_target.parameters()), list(self.critic.parameters()), cfg.tau)
-            project_weights_(self.critic_target)
-        out = {"critic_loss": critic_loss.detach(), "q_mean": (log_probs.detach().exp() * self.support).sum(-1).mean()}
+        self._project_critic_fn()
+        self._ema_target_fn()
+        out = {"critic_loss": critic_loss.detach(), "q_mean": q_mean}
 
         if update_actor:
-            with self._autocast():
-                action, logp, action_log_std = self.actor.sample(b["obs"], batch_stats=True)
-                q = self._expected(self.critic(b["critic_obs"], action, False)).mean(0)
-            actor_loss = (alpha * logp - q).mean()
+            self.critic.requires_grad_(False)
+            try:
+                actor_loss, logp, action_log_std = self._actor_loss_fn(b, alpha)
+            finally:
+                self.critic.requires_grad_(True)
             self.actor_opt.zero_grad(set_to_none=True)
-            actor_loss.backward(inputs=list(self.actor.parameters()))  # no gradients into the critic
+            actor_loss.backward()
             # Both backward passes before either step (the temperature loss reads no actor weight), so that
             # data parallelism averages actor and log_alpha gradients in one collective.
             mean_log_std = action_log_std.detach().mean()
@@ -170,8 +210,7 @@ class FlashSACLearner(OffPolicyLearner):
             if self._actor_grad_sync is not None:
                 self._actor_grad_sync()
             self.actor_opt.step()
-            with torch.no_grad():
-                project_weights_(self.actor)
+            self._project_actor_fn()
             self.alpha_opt.step()
             out["actor_loss"] = actor_loss.detach()
             out["entropy"] = -logp.detach().mean()
