@@ -226,6 +226,10 @@ def test_compiled_losses_match_eager(monkeypatch):
     lrn.add(bandit_batch(lrn, gen))
     lrn.add(bandit_batch(lrn, gen))
     assert all(torch.isfinite(v) for v in lrn.update().values())
+    lrn.publish_policy()
+    probe = torch.randn(16, OBS, generator=gen)
+    assert lrn._act_fn is not lrn.acting  # acting is compiled too
+    torch.testing.assert_close(lrn.act(probe, deterministic=True), lrn.acting(probe, True), atol=1e-5, rtol=1e-4)
 
 
 def test_act_uses_published_copy_only():

@@ -233,6 +233,13 @@ def test_compiled_cycle_matches_eager(monkeypatch):
             torch.testing.assert_close(got[key], want[key], atol=1e-5, rtol=1e-4, msg=f"{name}.{key}")
     torch.testing.assert_close(compiled.log_alpha, eager.log_alpha)
     assert_on_spheres(compiled.critic_target)
+    for lrn in (eager, compiled):
+        lrn.publish_policy()
+    probe, noise = torch.randn(16, OBS), torch.randn(16, ACT)
+    assert compiled._act_fn is not compiled.acting  # acting is compiled too
+    torch.testing.assert_close(compiled.act(probe, deterministic=True), eager.act(probe, deterministic=True),
+                               atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(compiled._act_fn(probe, noise), eager.acting(probe, noise), atol=1e-5, rtol=1e-4)
     assert eager.critic.trunk.input_norm.updates.item() > 0  # the losses did update BatchNorm statistics
 
 

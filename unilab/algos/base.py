@@ -86,7 +86,10 @@ class OffPolicyLearner(ABC):
         return torch.compile(fn, dynamic=False) if self.compiled else fn
 
     def _start_acting(self) -> None:
-        """After `self.acting` exists: order publish_policy (learner stream) against act (acting stream)."""
+        """After `self.acting` exists: order publish_policy (learner stream) against act (acting stream).
+        Acting is compiled with the cycle: under MPS its kernels queue behind the update's for SMs one by
+        one, and it lies on the collector's critical path (env step -> act -> env step)."""
+        self._act_fn = self._maybe_compiled(self.acting)
         if self.on_cuda:
             self._published = torch.cuda.Event()
             self._acted = torch.cuda.Event()

@@ -106,6 +106,8 @@ class LearnerLoop:
             self.trained_once = True
             fraction = float(spec.training.get("resume_refill_fraction", 1.0))
             self.min_replay_to_update = int(self.learner.replay.capacity * fraction)
+        # Compile the acting policy (if the algo compiles) now, not at the first trained tick's deadline.
+        self.learner.act(self.obs_buf)
         self.segment_start = self.iteration
         self.max_iterations = int(algo["max_iterations"])
         self.save_interval = int(algo["save_interval"])

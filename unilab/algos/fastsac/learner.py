@@ -199,10 +199,10 @@ class FastSACLearner(OffPolicyLearner):
     @torch.no_grad()
     def act(self, obs: Tensor, deterministic: bool = False) -> Tensor:
         if not self.on_cuda:
-            return self.acting(obs, deterministic)
+            return self._act_fn(obs, deterministic)
         stream = torch.cuda.current_stream(self.device)
         stream.wait_event(self._published)
-        action = self.acting(obs, deterministic)
+        action = self._act_fn(obs, deterministic)
         self._acted.record(stream)
         return action
 

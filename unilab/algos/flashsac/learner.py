@@ -247,7 +247,7 @@ class FlashSACLearner(OffPolicyLearner):
         if self.on_cuda:
             torch.cuda.current_stream(self.device).wait_event(self._published)
         noise = None if deterministic else self.noise(obs.shape[0], self.action_dim)
-        action = self.acting(obs, noise)
+        action = self._act_fn(obs, noise)
         if self.on_cuda:
             self._acted.record(torch.cuda.current_stream(self.device))
         return action
