@@ -4,7 +4,8 @@
 #                                             # GPU checks, 2-GPU DP A/B, unilab mps, then the two queues below
 #   bash benchmarks/h200_session.sh wait S    # follow the logs for up to S seconds (calls are <= 10 min)
 #   bash benchmarks/h200_session.sh collect   # results -> $OUT/session.tgz
-# Single pieces (e.g. on one H200): `checks`, `mps` (per-GPU daemons), `gate ALGO TASK ENVS THRESHOLD [KEY=VALUE..]`.
+# Single pieces (e.g. on one H200): `checks`, `mps` (per-GPU daemons), `gate ALGO TASK ENVS THRESHOLD [KEY=VALUE..]`,
+#   `side-by-side ALGO TASK ENVS` (both roles flat out as MPS clients, then the coupled bound).
 # One H200 (kind nvidia-h200): `setsid nohup bash benchmarks/h200_session.sh single > /tmp/session/single.log 2>&1 &`
 #   runs checks, env throughput, each role alone (plus a kernel profile), then both gates, on GPU 0;
 #   `... h200_session.sh priority > /tmp/session/single.log ...`: MPS runs with a below-normal vs a normal
@@ -218,6 +219,7 @@ case "${1:-}" in
   checks) gpu_checks ;;
   mps) mps_tool ;;
   gate) shift; gate "$@" ;;
+  side-by-side) shift; side_by_side "$@" ;;  # ALGO TASK ENVS; needs $S/roles_ALGO_TASK_ENVS.json (roles_alone.py --json) and a daemon
   gpu0) gpu0_queue ;;
   gpu1) gpu1_queue ;;
   single) single_queue ;;
@@ -238,5 +240,5 @@ case "${1:-}" in
     $U mps stop --gpu 0; [ "$(nvidia-smi -L | wc -l)" -gt 1 ] && $U mps stop --gpu 1; $U mps status
     tar -czf "$OUT/session.tgz" --exclude='*.pt' --exclude='tensorboard' "$S" /tmp/dp /tmp/gate /tmp/learn 2>/dev/null
     ls -la "$OUT" ;;
-  *) echo "usage: $0 start|single|priority|session4|wait S|collect|checks|mps|gate ALGO TASK ENVS THRESHOLD [KEY=VALUE..]"; exit 2 ;;
+  *) echo "usage: $0 start|single|priority|session4|wait S|collect|checks|mps|gate ALGO TASK ENVS THRESHOLD [KEY=VALUE..]|side-by-side ALGO TASK ENVS"; exit 2 ;;
 esac

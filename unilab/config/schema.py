@@ -55,8 +55,8 @@ class MpsPriority(str, Enum):
 @dataclass
 class MpsClientPriority:
     """CUDA_MPS_CLIENT_PRIORITY per role (null: unset, i.e. normal). For `+execution=mps` runs;
-    refused in null mode. Lowering the collector lets the learner's update, the longer of the two
-    per iteration, run nearer its solo speed while the physics fills the SMs it leaves idle."""
+    refused in null mode. A below-normal collector favours the learner's update where it is the
+    longer role; on the H200 that gained ~2 % (docs/en/performance.md, session 4)."""
 
     learner: Optional[MpsPriority] = None
     collector: Optional[MpsPriority] = None
