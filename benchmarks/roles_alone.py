@@ -131,6 +131,10 @@ def main() -> None:
                     "--alone JSON (a solo run's --json file), then exit")
     ap.add_argument("--alone", default=None, metavar="JSON")
     args = ap.parse_args()
+    if args.side_by_side and not args.role:
+        ap.error("--side-by-side needs --role learner or --role collector")
+    if args.bound and not args.alone:
+        ap.error("--bound needs --alone (the solo run's --json file)")
     if args.bound:
         _print_bound(args.bound, args.alone)
         return

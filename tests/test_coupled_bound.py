@@ -44,3 +44,8 @@ def test_bound_cli_reads_the_side_by_side_results(tmp_path):
     assert result["coupled_bound_ms"] == pytest.approx(20.0)
     assert result["bound_over_max_alone"] == pytest.approx(2.0)
     assert json.loads((tmp_path / "bound.json").read_text()) == result
+
+
+def test_bound_cli_refuses_missing_inputs(tmp_path):
+    run = subprocess.run([sys.executable, str(SCRIPT), "--bound", str(tmp_path)], capture_output=True, text=True)
+    assert run.returncode == 2 and "--bound needs --alone" in run.stderr
