@@ -217,11 +217,16 @@ def _handle(msg, prepared, ranks, state: _State, stop_event, go_event, spec0) ->
     elif kind == "error":
         _fail(state, "failed", f"the {name} raised an exception", name, msg[2], stop_event)
     elif kind == "finished":
-        state.finished.add(name)
-        if name == spec0.name("learner"):
-            state.learner_summary = msg[2] or {}
-            if state.status is None:
-                state.status = state.learner_summary.get("status")
+        _record_finished(state, name, msg[2], spec0)
+
+
+def _record_finished(state: _State, name: str, summary, spec0) -> None:
+    """A child delivered its summary; rank 0's learner summary sets the run's status."""
+    state.finished.add(name)
+    if name == spec0.name("learner"):
+        state.learner_summary = summary or {}
+        if state.status is None:
+            state.status = state.learner_summary.get("status")
 
 
 def _fail(state: _State, status: str, cause: str, role, tb, stop_event) -> None:
@@ -245,11 +250,7 @@ def _drain(to_launcher, state: _State, spec0) -> None:
             state.traceback = msg[2]
             state.failed_role = state.failed_role or msg[1]
         elif msg[0] == "finished":
-            state.finished.add(msg[1])
-            if msg[1] == spec0.name("learner"):
-                state.learner_summary = msg[2] or {}
-            if state.status is None:
-                state.status = state.learner_summary.get("status")
+            _record_finished(state, msg[1], msg[2], spec0)
 
 
 def _verify(prepared: PreparedRun, ranks, state: _State) -> CudaProcessSharingError | None:
