@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -79,11 +80,24 @@ class OffPolicyLearner(ABC):
         self._chunk = 0  # rows per add(), for ready()
         self.metric_names = metric_names
 
+    @property
+    def compiled(self) -> bool:
+        """Whether the cycle's functions and acting are compiled: `cfg.compile`, or (null) wherever the
+        cycle is a CUDA graph."""
+        return self.use_graph if self.cfg.compile is None else bool(self.cfg.compile)
+
     def _maybe_compiled(self, fn):
-        """`fn` compiled by inductor when `cfg.compile` says so (null: wherever the cycle is a CUDA graph),
-        else `fn` itself. Sets `self.compiled`."""
-        self.compiled = self.use_graph if self.cfg.compile is None else bool(self.cfg.compile)
+        """`fn` compiled by inductor when `self.compiled`, else `fn` itself."""
         return torch.compile(fn, dynamic=False) if self.compiled else fn
+
+    @contextmanager
+    def _critic_frozen(self):
+        """The critic's weights need no gradient inside (the actor's loss reads the critic)."""
+        self.critic.requires_grad_(False)
+        try:
+            yield
+        finally:
+            self.critic.requires_grad_(True)
 
     def _start_acting(self) -> None:
         """After `self.acting` exists: order publish_policy (learner stream) against act (acting stream).

@@ -194,11 +194,8 @@ class FlashSACLearner(OffPolicyLearner):
         out = {"critic_loss": critic_loss.detach(), "q_mean": q_mean}
 
         if update_actor:
-            self.critic.requires_grad_(False)
-            try:
+            with self._critic_frozen():
                 actor_loss, logp, action_log_std = self._actor_loss_fn(b, alpha)
-            finally:
-                self.critic.requires_grad_(True)
             self.actor_opt.zero_grad(set_to_none=True)
             actor_loss.backward()
             # Both backward passes before either step (the temperature loss reads no actor weight), so that
