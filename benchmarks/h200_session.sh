@@ -10,7 +10,8 @@
 #   runs checks, env throughput, each role alone (plus a kernel profile), then both gates, on GPU 0;
 #   `... h200_session.sh priority > /tmp/session/single.log ...`: MPS runs with a below-normal vs a normal
 #   collector (training.mps_client_priority), then each role alone; `session4`: compiled FlashSAC alone,
-#   side-by-side bounds (roles_alone.py --side-by-side), FlashSAC gate (seed 1), FastSAC inductor tuning.
+#   side-by-side bounds (roles_alone.py --side-by-side), FlashSAC gate (seed 1), FastSAC inductor tuning;
+#   `session5`: FastSAC alone, MPS runs with SM shares (mps_sweep), the FlashSAC tracking gate (2 seeds).
 # GPU 0 queue: the MPS gate (FastSAC walk flat, FlashSAC tracking), FlashSAC walk flat A/B, each role
 #              alone, env throughput. GPU 1 queue: the two 15 min learning runs (two segments each,
 #              joined by training.resume), side by side under MPS.
@@ -192,6 +193,35 @@ session4_queue() {  # one H200: compiled FlashSAC, side-by-side bounds, FastSAC 
   log "single queue done"
 }
 
+mps_sweep() {  # name algo task envs overrides...: MPS-only runs (seed 1; a comma in an override sweeps it)
+  local name=$1 d
+  log "MPS sweep $name ${*:5}"
+  (eval "$($U mps env --gpu 0)"
+   $T -m +execution=mps +bench=offpolicy_gate --algo $2 --task $3 training.device=cuda:0 task.num_envs=$4 \
+     training.seed=1 training.log_dir=/tmp/gate/$name $SIMX "${@:5}" > "$S/$name.log" 2>&1
+   echo "multirun rc=$?")
+  for d in /tmp/gate/$name/2*; do
+    python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['training']; print('threads', t['mps_active_thread_percentage'], 'priority', t['mps_client_priority'])" "$d/run_config.json"
+    $U bench extract "$d" > "$S/${name}_$(basename "$d").txt" 2>&1; grep -E "iteration_ms|env_steps_per_s|learner_train_ms|collector_env_step_ms" "$S/${name}_$(basename "$d").txt"
+  done
+}
+
+session5_queue() {  # one H200: replay rows gathered inside the compiled losses; SM shares for the faster role
+  roles "fastsac g1_walk_flat 2048"
+  $U mps start --gpu 0; echo "mps start rc=$?"
+  mps_sweep fastsac_cthreads fastsac g1_walk_flat 2048 training.mps_active_thread_percentage.collector=100,35,20
+  gate flashsac g1_motion_tracking 2048 10
+  mps_sweep flashsac_track_lthreads flashsac g1_motion_tracking 2048 training.mps_client_priority.learner=below_normal \
+    training.mps_active_thread_percentage.learner=100,50,30
+  mps_sweep flashsac_walk_lthreads flashsac g1_walk_flat 4096 training.mps_client_priority.learner=below_normal \
+    training.mps_active_thread_percentage.learner=50,30
+  $U mps stop --gpu 0
+  roles "flashsac g1_motion_tracking 2048" "flashsac g1_walk_flat 4096"
+  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_fastsac.py tests/test_flashsac.py -k cuda \
+    > "$S/test_learners_cuda.log" 2>&1; tail -2 "$S/test_learners_cuda.log"
+  log "single queue done"
+}
+
 learn() {  # name algo task envs keys...
   local name=$1 algo=$2 task=$3 envs=$4; shift 4
   (eval "$($U mps env --gpu 1)"
@@ -225,6 +255,7 @@ case "${1:-}" in
   single) single_queue ;;
   priority) priority_queue ;;
   session4) session4_queue ;;
+  session5) session5_queue ;;
   wait)
     end=$(( $(date +%s) + ${2:-500} ))
     while [ "$(date +%s)" -lt "$end" ]; do
@@ -240,5 +271,5 @@ case "${1:-}" in
     $U mps stop --gpu 0; [ "$(nvidia-smi -L | wc -l)" -gt 1 ] && $U mps stop --gpu 1; $U mps status
     tar -czf "$OUT/session.tgz" --exclude='*.pt' --exclude='tensorboard' "$S" /tmp/dp /tmp/gate /tmp/learn 2>/dev/null
     ls -la "$OUT" ;;
-  *) echo "usage: $0 start|single|priority|session4|wait S|collect|checks|mps|gate ALGO TASK ENVS THRESHOLD [KEY=VALUE..]|side-by-side ALGO TASK ENVS"; exit 2 ;;
+  *) echo "usage: $0 start|single|priority|session4|session5|wait S|collect|checks|mps|gate ALGO TASK ENVS THRESHOLD [KEY=VALUE..]|side-by-side ALGO TASK ENVS"; exit 2 ;;
 esac

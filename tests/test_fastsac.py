@@ -201,21 +201,22 @@ def test_compiled_losses_match_eager(monkeypatch):
         "reward": torch.randn(N, generator=gen),
         "terminated": (torch.rand(N, generator=gen) < 0.2).float(),
     }
+    idx = torch.randint(0, N, (N // 2,), generator=gen)  # the losses read these replay rows
     alpha = torch.tensor(0.1)
 
     def losses(critic_loss_fn, actor_loss_fn):
-        params = [*lrn.critic.parameters(), *lrn.actor.parameters()]
+        params = [*lrn.critic.parameters(), *lrn.actor.parameters(), lrn.log_alpha]
         for p in params:
             p.grad = None
         torch.manual_seed(0)
-        critic_loss, q_mean = critic_loss_fn(b, alpha)
+        critic_loss, q_mean = critic_loss_fn(b, idx, alpha)
         critic_loss.backward()
         lrn.critic.requires_grad_(False)
-        actor_loss, logp = actor_loss_fn(b, alpha)
+        actor_loss, alpha_loss, logp = actor_loss_fn(b, idx, alpha)
         lrn.critic.requires_grad_(True)
-        actor_loss.backward()
+        (actor_loss + alpha_loss).backward()
         grads = [p.grad.clone() for p in params]
-        return [critic_loss.detach(), q_mean, actor_loss.detach(), logp.detach(), *grads]
+        return [critic_loss.detach(), q_mean, actor_loss.detach(), alpha_loss.detach(), logp.detach(), *grads]
 
     eager = losses(lrn._critic_loss, lrn._actor_loss)
     compiled = losses(lrn._critic_loss_fn, lrn._actor_loss_fn)
@@ -404,3 +405,42 @@ def test_cuda_eager_path_without_graph():
     lrn = filled("cuda", cuda_graph=False, bf16=True)
     assert all(torch.isfinite(v) for v in lrn.update().values())
     assert lrn._graph is None
+
+
+@pytest.mark.parametrize("algo", ["fastsac", "flashsac"])
+def test_one_backward_gives_each_optimiser_its_own_losss_gradient(algo):
+    """The actor and temperature losses share one backward pass: the actor's gradient must be the actor
+    loss's alone, and log_alpha's the temperature loss's alone."""
+    if algo == "fastsac":
+        lrn = filled()
+    else:
+        from unilab.algos.flashsac.config import FlashSACConfig
+
+        cfg = FlashSACConfig(batch_size=32, replay_capacity=256, actor_hidden_dim=16, critic_hidden_dim=16,
+                             actor_num_blocks=1, critic_num_blocks=1, num_envs=N)
+        lrn = make_learner(cfg, OBS, CRITIC_OBS, ACT, torch.device("cpu"), seed=0)
+        gen = torch.Generator().manual_seed(0)
+        lrn.add({"obs": torch.randn(N, OBS, generator=gen), "critic_obs": torch.randn(N, CRITIC_OBS, generator=gen),
+                 "action": torch.rand(N, ACT, generator=gen) * 2 - 1, "reward": torch.randn(N, generator=gen),
+                 "next_obs": torch.randn(N, OBS, generator=gen),
+                 "next_critic_obs": torch.randn(N, CRITIC_OBS, generator=gen), "terminated": torch.zeros(N)})
+    idx = lrn.replay.sample_indices(32)
+    alpha = lrn.log_alpha.detach().exp()
+
+    def grads(which: str):
+        torch.manual_seed(0)
+        lrn.critic.requires_grad_(False)
+        actor_loss, alpha_loss, *_ = lrn._actor_loss(lrn.replay.storage, idx, alpha)
+        lrn.critic.requires_grad_(True)
+        params = [*lrn.actor.parameters(), lrn.log_alpha]
+        for p in params:
+            p.grad = None
+        {"both": actor_loss + alpha_loss, "actor": actor_loss, "alpha": alpha_loss}[which].backward()
+        return [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in params]
+
+    both, actor_only, alpha_only = grads("both"), grads("actor"), grads("alpha")
+    assert torch.count_nonzero(actor_only[-1]) == 0  # the actor loss reads alpha detached
+    assert all(torch.count_nonzero(g) == 0 for g in alpha_only[:-1])  # the temperature reads no actor weight
+    for got, want in zip(both, [*actor_only[:-1], alpha_only[-1]]):
+        torch.testing.assert_close(got, want)
+    assert torch.count_nonzero(both[-1]) == 1 and any(torch.count_nonzero(g) for g in both[:-1])

@@ -99,6 +99,16 @@ class OffPolicyLearner(ABC):
         finally:
             self.critic.requires_grad_(True)
 
+    def _actor_and_temperature_backward(self, actor_loss: Tensor, alpha_loss: Tensor) -> None:
+        """Gradients of both losses in one backward pass, then (data parallel) averaged in one collective.
+        The actor loss reads alpha detached and the temperature loss reads no actor weight, so each
+        optimiser still gets exactly its own loss's gradient."""
+        self.actor_opt.zero_grad(set_to_none=True)
+        self.alpha_opt.zero_grad(set_to_none=True)
+        (actor_loss + alpha_loss).backward()
+        if self._actor_grad_sync is not None:
+            self._actor_grad_sync()
+
     def _start_acting(self) -> None:
         """After `self.acting` exists: order publish_policy (learner stream) against act (acting stream).
         Acting is compiled with the cycle: under MPS its kernels queue behind the update's for SMs one by

@@ -24,6 +24,7 @@ from torch import Tensor
 from unilab.algos.base import OffPolicyLearner
 from unilab.algos.fastsac.networks import ActingPolicy, Actor, TwinDistributionalCritic
 from unilab.algos.normalizer import RunningNormalizer
+from unilab.algos.replay import gather_rows
 
 METRICS = ("critic_loss", "actor_loss", "alpha", "entropy", "q_mean")
 
@@ -103,10 +104,11 @@ class FastSACLearner(OffPolicyLearner):
     def _expected(self, logits: Tensor) -> Tensor:
         return (logits.float().softmax(-1) * self.support).sum(-1)
 
-    def _critic_loss(self, b: dict[str, Tensor], alpha: Tensor) -> tuple[Tensor, Tensor]:
+    def _critic_loss(self, data: dict[str, Tensor], idx: Tensor, alpha: Tensor) -> tuple[Tensor, Tensor]:
         """Cross-entropy of both critics against the projected target distribution (summed over the
-        twins), and the online critics' mean expected value."""
+        twins) on the replay rows `idx`, and the online critics' mean expected value."""
         cfg = self.cfg
+        b = gather_rows(data, idx)
         next_obs = self.obs_norm(b["next_obs"])
         critic_obs, next_critic_obs = self.critic_obs_norm(b["critic_obs"]), self.critic_obs_norm(b["next_critic_obs"])
         with torch.no_grad():
@@ -129,21 +131,24 @@ class FastSACLearner(OffPolicyLearner):
         q_mean = (log_probs.detach().exp() * self.support).sum(-1).mean()
         return loss, q_mean
 
-    def _actor_loss(self, b: dict[str, Tensor], alpha: Tensor) -> tuple[Tensor, Tensor]:
-        """SAC actor loss on the mean of the twins' expected values, and the log-probs of its actions.
-        Call with the critic frozen, so that no critic weight gradient is computed."""
+    def _actor_loss(self, data: dict[str, Tensor], idx: Tensor, alpha: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """SAC actor loss on the mean of the twins' expected values (replay rows `idx`), the temperature's
+        loss and the log-probs of the actions. Call with the critic frozen, so that no critic weight
+        gradient is computed."""
+        b = gather_rows(data, idx, ("obs", "critic_obs"))
         obs, critic_obs = self.obs_norm(b["obs"]), self.critic_obs_norm(b["critic_obs"])
         with self._autocast():
             action, logp = self.actor.sample(obs)
             q = self._expected(self.critic(critic_obs, action)).mean(0)
-        return (alpha * logp - q).mean(), logp
+        alpha_loss = (self.log_alpha.exp() * (-logp.detach() - self.target_entropy)).mean()
+        return (alpha * logp - q).mean(), alpha_loss, logp
 
     def _step(self, update_actor: bool) -> dict[str, Tensor]:
         cfg = self.cfg
-        b = self.replay.sample(cfg.batch_size)
+        data, idx = self.replay.storage, self.replay.sample_indices(cfg.batch_size)
         alpha = self.log_alpha.detach().exp()
 
-        critic_loss, q_mean = self._critic_loss_fn(b, alpha)
+        critic_loss, q_mean = self._critic_loss_fn(data, idx, alpha)
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
         if self._critic_grad_sync is not None:
@@ -156,16 +161,8 @@ class FastSACLearner(OffPolicyLearner):
 
         if update_actor:
             with self._critic_frozen():
-                actor_loss, logp = self._actor_loss_fn(b, alpha)
-            self.actor_opt.zero_grad(set_to_none=True)
-            actor_loss.backward()
-            # Both backward passes before either step (the temperature loss reads no actor weight), so that
-            # data parallelism averages actor and log_alpha gradients in one collective.
-            alpha_loss = (self.log_alpha.exp() * (-logp.detach() - self.target_entropy)).mean()
-            self.alpha_opt.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            if self._actor_grad_sync is not None:
-                self._actor_grad_sync()
+                actor_loss, alpha_loss, logp = self._actor_loss_fn(data, idx, alpha)
+            self._actor_and_temperature_backward(actor_loss, alpha_loss)
             self.actor_opt.step()
             self.alpha_opt.step()
             out["actor_loss"] = actor_loss.detach()

@@ -46,6 +46,7 @@ from unilab.algos.flashsac.networks import (
     CategoricalCritic,
     project_weights_,
 )
+from unilab.algos.replay import gather_rows
 
 METRICS = ("critic_loss", "actor_loss", "alpha", "entropy", "q_mean", "action_std", "lr", "reward_scale")
 
@@ -128,10 +129,11 @@ class FlashSACLearner(OffPolicyLearner):
     def _expected(self, logits: Tensor) -> Tensor:
         return (logits.softmax(-1) * self.support).sum(-1)
 
-    def _critic_loss(self, b: dict[str, Tensor], alpha: Tensor) -> tuple[Tensor, Tensor]:
-        """Cross-entropy of the members against the projected target distribution (summed over members),
-        and their mean expected value. Updates both critics' BatchNorm statistics."""
+    def _critic_loss(self, data: dict[str, Tensor], idx: Tensor, alpha: Tensor) -> tuple[Tensor, Tensor]:
+        """Cross-entropy of the members against the projected target distribution (summed over members)
+        on the replay rows `idx`, and their mean expected value. Updates both critics' BatchNorm statistics."""
         cfg = self.cfg
+        b = gather_rows(data, idx)
         n = b["action"].shape[0]
         reward = self.reward_norm.normalize(b["reward"])
         joint_obs = torch.cat([b["critic_obs"], b["next_critic_obs"]])
@@ -152,14 +154,18 @@ class FlashSACLearner(OffPolicyLearner):
         loss = -(target * log_probs).sum(-1).mean(-1).sum()
         return loss, (log_probs.detach().exp() * self.support).sum(-1).mean()
 
-    def _actor_loss(self, b: dict[str, Tensor], alpha: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """SAC actor loss on the members' mean expected value (critic read with running statistics), the
-        log-probs of its actions and their per-dimension action-space log-std. Call with the critic
-        frozen, so that no critic weight gradient is computed."""
+    def _actor_loss(self, data: dict[str, Tensor], idx: Tensor, alpha: Tensor) -> tuple[Tensor, ...]:
+        """SAC actor loss on the members' mean expected value (critic read with running statistics) on the
+        replay rows `idx`, the temperature's loss (towards the target action-space std), the log-probs of
+        the actions and their mean action-space log-std. Call with the critic frozen, so that no critic
+        weight gradient is computed."""
+        b = gather_rows(data, idx, ("obs", "critic_obs"))
         with self._autocast():
             action, logp, action_log_std = self.actor.sample(b["obs"], batch_stats=True)
             q = self._expected(self.critic(b["critic_obs"], action, False)).mean(0)
-        return (alpha * logp - q).mean(), logp, action_log_std
+        mean_log_std = action_log_std.detach().mean()
+        alpha_loss = self.log_alpha * (mean_log_std - self.log_target_std)
+        return (alpha * logp - q).mean(), alpha_loss, logp, mean_log_std
 
     # The sphere projections and the EMA, as separate functions: inductor (torch 2.13, C++) fails to
     # compile the critic's projection, the EMA reading it and the target's projection as one graph.
@@ -180,10 +186,10 @@ class FlashSACLearner(OffPolicyLearner):
     def _step(self, update_actor: bool) -> dict[str, Tensor]:
         self.lr.copy_(warmup_cosine(self.lr_step, **self._schedule))
         self.lr_step.add_(1.0)
-        b = self.replay.sample(self.cfg.batch_size)
+        data, idx = self.replay.storage, self.replay.sample_indices(self.cfg.batch_size)
         alpha = self.log_alpha.detach().exp()
 
-        critic_loss, q_mean = self._critic_loss_fn(b, alpha)
+        critic_loss, q_mean = self._critic_loss_fn(data, idx, alpha)
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
         if self._critic_grad_sync is not None:
@@ -195,17 +201,8 @@ class FlashSACLearner(OffPolicyLearner):
 
         if update_actor:
             with self._critic_frozen():
-                actor_loss, logp, action_log_std = self._actor_loss_fn(b, alpha)
-            self.actor_opt.zero_grad(set_to_none=True)
-            actor_loss.backward()
-            # Both backward passes before either step (the temperature loss reads no actor weight), so that
-            # data parallelism averages actor and log_alpha gradients in one collective.
-            mean_log_std = action_log_std.detach().mean()
-            alpha_loss = self.log_alpha * (mean_log_std - self.log_target_std)
-            self.alpha_opt.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            if self._actor_grad_sync is not None:
-                self._actor_grad_sync()
+                actor_loss, alpha_loss, logp, mean_log_std = self._actor_loss_fn(data, idx, alpha)
+            self._actor_and_temperature_backward(actor_loss, alpha_loss)
             self.actor_opt.step()
             self._project_actor_fn()
             self.alpha_opt.step()
