@@ -12,6 +12,7 @@ from unilab.runtime.gemm_check import (
     check_half_gemm,
     check_under_thread_share,
     half_gemm_errors,
+    weight_products,
 )
 
 SMALL = (((2, 64, 96), (2, 96, 48)), ((64, 96), (96, 48)))
@@ -47,7 +48,8 @@ def test_only_cuda_processes_with_a_share_are_checked(monkeypatch):
     import unilab.runtime.gemm_check as gc
 
     calls = []
-    monkeypatch.setattr(gc, "check_half_gemm", lambda device, role, share: calls.append((device.type, role, share)))
+    monkeypatch.setattr(gc, "check_half_gemm",
+                        lambda device, role, share, shapes: calls.append((device.type, role, share)))
     monkeypatch.delenv(gc.SHARE_VAR, raising=False)
     check_under_thread_share(torch.device("cuda", 0), "learner")
     monkeypatch.setenv(gc.SHARE_VAR, "75")
@@ -60,3 +62,35 @@ def test_only_cuda_processes_with_a_share_are_checked(monkeypatch):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_products_pass_without_a_share():
     check_half_gemm(torch.device("cuda", 0), "learner", "unset")
+
+
+def test_weight_products_cover_forward_input_gradient_and_weight_gradient():
+    net = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.LayerNorm(4), torch.nn.Linear(4, 1))
+    ensemble = torch.nn.ParameterList([torch.nn.Parameter(torch.zeros(2, 6, 5)), torch.nn.Parameter(torch.zeros(2, 1, 5))])
+    shapes = weight_products([net, ensemble], batches=(8, 8))
+    # nn.Linear(6, 4) stores (4, 6): x (8, 6) @ W^T, the input gradient (8, 4) @ W, the weight gradient.
+    # Linear(4, 1), the LayerNorm's vectors and the (2, 1, 5) per-member bias make no matrix product.
+    assert shapes == sorted([
+        ((8, 4), (4, 6)), ((8, 6), (6, 4)), ((4, 8), (8, 6)),
+        ((2, 8, 6), (2, 6, 5)), ((2, 8, 5), (2, 5, 6)), ((2, 6, 8), (2, 8, 5)),
+    ])
+
+
+def test_a_learner_shape_outside_the_fixed_ones_fails_closed():
+    """The learner's own products are checked: a product broken only for its input width is caught."""
+    from unilab.algos.base import make_learner
+    from unilab.algos.fastsac.config import FastSACConfig
+
+    cfg = FastSACConfig(batch_size=16, replay_capacity=64, critic_hidden_dim=32, actor_hidden_dim=32, num_atoms=11,
+                        bf16=False, cuda_graph=False)
+    lrn = make_learner(cfg, 7, 9, 3, CPU, seed=0)
+    shapes = weight_products((lrn.actor, lrn.critic), (16, 32))
+    check_half_gemm(CPU, "learner", "30", shapes=shapes)  # correct arithmetic passes
+
+    def broken_for_obs_width(a, b):
+        out = torch.matmul(a, b)
+        return out * 1.5 if a.dtype == torch.bfloat16 and a.shape[-1] == 7 else out
+
+    with pytest.raises(HalfPrecisionGemmError, match=r"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30 .* \(16, 7\)@\(7, 32\)"):
+        check_half_gemm(CPU, "learner", "30", shapes=shapes, matmul=broken_for_obs_width)
+    check_half_gemm(CPU, "learner", "30", matmul=broken_for_obs_width, shapes=SMALL)  # the fixed shapes miss it

@@ -18,7 +18,7 @@ import time
 import traceback
 
 from .messages import Mailbox, StopRequested, become_child
-from .gemm_check import check_under_thread_share
+from .gemm_check import check_under_thread_share, weight_products
 from .spec import RoleSpec, report_ready
 
 
@@ -91,6 +91,9 @@ class LearnerLoop:
         algo = spec.algo
         self.learner = make_learner(_attrs(algo), dims.obs_dim, dims.critic_obs_dim, dims.action_dim, device,
                                     spec.seed)
+        batch = int(algo["batch_size"])  # FlashSAC's critics see the batch and its successors stacked: 2x
+        check_under_thread_share(device, "learner", shapes=weight_products(
+            (self.learner.actor, self.learner.critic), (batch, 2 * batch, dims.num_envs)))
         self.iteration = spec.start_iteration
         self.env_steps = 0
         self.trained_once = False
