@@ -129,24 +129,12 @@ single_queue() {  # everything still open, on one H200
   log "single queue done"
 }
 
-priority() {  # algo task envs: MPS runs (seed 1) with the collector at below-normal, then normal priority
-  local name=prio_$1_$2 d
-  log "MPS client priority $name"
-  (eval "$($U mps env --gpu 0)"
-   $T -m +execution=mps +bench=offpolicy_gate --algo $1 --task $2 training.device=cuda:0 task.num_envs=$3 \
-     training.seed=1 training.mps_client_priority.collector=below_normal,null training.log_dir=/tmp/gate/$name \
-     $SIMX "${@:4}" > "$S/$name.log" 2>&1
-   echo "multirun rc=$?")
-  for d in /tmp/gate/$name/2*; do
-    python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['training']; print('collector priority:', t['mps_client_priority']['collector'])" "$d/run_config.json"
-    $U bench extract "$d" > "$S/${name}_$(basename "$d").txt" 2>&1; head -30 "$S/${name}_$(basename "$d").txt"
-  done
-}
-
 priority_queue() {  # session 4, one H200: does a below-normal collector bring the MPS iteration to the learner's own?
   $U mps start --gpu 0; echo "mps start rc=$?"
-  priority fastsac g1_walk_flat 2048
-  priority flashsac g1_motion_tracking 2048
+  # MPS runs (seed 1) with the collector at below-normal, then normal priority
+  mps_sweep prio_fastsac_g1_walk_flat fastsac g1_walk_flat 2048 training.mps_client_priority.collector=below_normal,null
+  mps_sweep prio_flashsac_g1_motion_tracking flashsac g1_motion_tracking 2048 \
+    training.mps_client_priority.collector=below_normal,null
   $U mps stop --gpu 0
   roles "flashsac g1_motion_tracking 2048" "fastsac g1_walk_flat 2048"
   log "single queue done"
