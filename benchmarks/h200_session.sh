@@ -11,7 +11,8 @@
 #   `... h200_session.sh priority > /tmp/session/single.log ...`: MPS runs with a below-normal vs a normal
 #   collector (training.mps_client_priority), then each role alone; `session4`: compiled FlashSAC alone,
 #   side-by-side bounds (roles_alone.py --side-by-side), FlashSAC gate (seed 1), FastSAC inductor tuning;
-#   `session5`: FastSAC alone, MPS runs with SM shares (mps_sweep), the FlashSAC tracking gate (2 seeds).
+#   `session5`: FastSAC alone, MPS runs with SM shares (mps_sweep), the FlashSAC tracking gate (2 seeds);
+#   `session6`: the FastSAC learner alone (no env, with a kernel profile), then the FastSAC walk flat gate.
 # GPU 0 queue: the MPS gate (FastSAC walk flat, FlashSAC tracking), FlashSAC walk flat A/B, each role
 #              alone, env throughput. GPU 1 queue: the two 15 min learning runs (two segments each,
 #              joined by training.resume), side by side under MPS.
@@ -210,6 +211,19 @@ session5_queue() {  # one H200: replay rows gathered inside the compiled losses;
   log "single queue done"
 }
 
+session6_queue() {  # one H200: FastSAC's GEMM widths padded to multiples of 8, bias added after the matmul
+  log "FastSAC learner alone (no env), with a kernel profile"
+  python3 benchmarks/roles_alone.py --algo fastsac --task g1_walk_flat --envs 2048 --dims 98,106,29 \
+    --profile "$S/profile_fastsac6.txt" --json "$S/learner_fastsac6.json" > "$S/learner_fastsac6.log" 2>&1
+  grep learner_update_cycle_ms "$S/learner_fastsac6.json"
+  $U mps start --gpu 0; echo "mps start rc=$?"
+  gate fastsac g1_walk_flat 2048 10
+  $U mps stop --gpu 0
+  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_fastsac.py -k cuda \
+    > "$S/test_learners_cuda.log" 2>&1; tail -2 "$S/test_learners_cuda.log"
+  log "single queue done"
+}
+
 learn() {  # name algo task envs keys...
   local name=$1 algo=$2 task=$3 envs=$4; shift 4
   (eval "$($U mps env --gpu 1)"
@@ -244,6 +258,7 @@ case "${1:-}" in
   priority) priority_queue ;;
   session4) session4_queue ;;
   session5) session5_queue ;;
+  session6) session6_queue ;;
   wait)
     end=$(( $(date +%s) + ${2:-500} ))
     while [ "$(date +%s)" -lt "$end" ]; do
@@ -259,5 +274,5 @@ case "${1:-}" in
     $U mps stop --gpu 0; [ "$(nvidia-smi -L | wc -l)" -gt 1 ] && $U mps stop --gpu 1; $U mps status
     tar -czf "$OUT/session.tgz" --exclude='*.pt' --exclude='tensorboard' "$S" /tmp/dp /tmp/gate /tmp/learn 2>/dev/null
     ls -la "$OUT" ;;
-  *) echo "usage: $0 start|single|priority|session4|session5|wait S|collect|checks|mps|gate ALGO TASK ENVS THRESHOLD [KEY=VALUE..]|side-by-side ALGO TASK ENVS"; exit 2 ;;
+  *) echo "usage: $0 start|single|priority|session4|session5|session6|wait S|collect|checks|mps|gate ALGO TASK ENVS THRESHOLD [KEY=VALUE..]|side-by-side ALGO TASK ENVS"; exit 2 ;;
 esac

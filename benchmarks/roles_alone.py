@@ -44,8 +44,10 @@ def _timed(fn, iters: int, warmup: int = 5) -> float:
     return (time.perf_counter() - t0) / iters * 1e3
 
 
-def _profile_cycle(algo, env, device, trained, path: str) -> None:
-    """Kernel table of a few eager update cycles (same sizes, same config, no graph)."""
+def _profile_cycle(algo, dims, device, trained, path: str) -> None:
+    """Kernel table of a few update cycles: the same sizes and config, compiled as the graph's cycle
+    is, but launched without the graph so that every kernel is visible. `path` gets the table,
+    `path`.json every kernel's total GPU time per cycle."""
     import dataclasses
 
     import torch
@@ -53,17 +55,26 @@ def _profile_cycle(algo, env, device, trained, path: str) -> None:
 
     from unilab.algos.base import make_learner
 
-    eager_cfg = dataclasses.replace(algo, cuda_graph=False)
-    learner = make_learner(eager_cfg, env.obs_dim, env.critic_obs_dim, env.action_dim, device, seed=0)
+    cycles = 3
+    plain_cfg = dataclasses.replace(algo, cuda_graph=False, compile=trained.compiled)
+    learner = make_learner(plain_cfg, *dims, device, seed=0)
     learner.replay = trained.replay  # already full
-    learner.update()
+    for _ in range(2):
+        learner.update()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(3):
+        for _ in range(cycles):
             learner.update()
         torch.cuda.synchronize()
+    averages = prof.key_averages()
     with open(path, "w") as f:
-        f.write(prof.key_averages().table(sort_by="cuda_time_total", row_limit=40))
+        f.write(averages.table(sort_by="cuda_time_total", row_limit=60))
+    kernels = sorted(
+        ({"name": e.key, "ms_per_cycle": e.device_time_total / 1e3 / cycles, "calls_per_cycle": e.count / cycles}
+         for e in averages if e.device_time_total > 0),
+        key=lambda k: -k["ms_per_cycle"])
+    with open(path + ".json", "w") as f:
+        json.dump(kernels, f, indent=1)
 
 
 def _side_by_side(fn, role: str, folder: str, seconds: float, timeout_s: float = 900.0) -> dict:
@@ -124,6 +135,8 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--profile", default=None, help="also write the learner cycle's top GPU kernels here "
                     "(profiled without the CUDA graph, so every kernel is visible)")
+    ap.add_argument("--dims", default=None, metavar="OBS,CRITIC_OBS,ACTION", help="learner only: no env "
+                    "(no Warp), these observation/action widths (walk flat 98,106,29; tracking 160,286,29)")
     ap.add_argument("--role", choices=("learner", "collector"), help="side by side: which loop this process runs")
     ap.add_argument("--side-by-side", default=None, metavar="DIR", help="barrier and results folder")
     ap.add_argument("--seconds", type=float, default=20.0)
@@ -141,8 +154,6 @@ def main() -> None:
     import torch
 
     from unilab.algos.base import make_learner
-    from unilab.sim.config import MjWarpSimConfig
-    from unilab.tasks import make_env
 
     over = {"algo": {}, "task": {"num_envs": args.envs}, "sim": {}}
     for item in args.set:
@@ -152,18 +163,27 @@ def main() -> None:
     algo = _cfg("algo", args.algo, over["algo"])
     task = _cfg("task", args.task, over["task"])
     device = torch.device("cuda:0")
-    env = make_env(task, MjWarpSimConfig(**over["sim"]), str(device), seed=0)
-    learner = make_learner(algo, env.obs_dim, env.critic_obs_dim, env.action_dim, device, seed=0)
+    env = None
+    if args.dims:
+        dims = tuple(int(d) for d in args.dims.split(","))
+    else:
+        from unilab.sim.config import MjWarpSimConfig
+        from unilab.tasks import make_env
 
-    n = env.num_envs
+        env = make_env(task, MjWarpSimConfig(**over["sim"]), str(device), seed=0)
+        dims = (env.obs_dim, env.critic_obs_dim, env.action_dim)
+    obs_dim, critic_obs_dim, action_dim = dims
+    learner = make_learner(algo, *dims, device, seed=0)
+
+    n = task.num_envs
     while not learner.ready():
         learner.add({
-            "obs": torch.randn(n, env.obs_dim, device=device),
-            "critic_obs": torch.randn(n, env.critic_obs_dim, device=device),
-            "action": torch.rand(n, env.action_dim, device=device) * 2 - 1,
+            "obs": torch.randn(n, obs_dim, device=device),
+            "critic_obs": torch.randn(n, critic_obs_dim, device=device),
+            "action": torch.rand(n, action_dim, device=device) * 2 - 1,
             "reward": torch.randn(n, device=device),
-            "next_obs": torch.randn(n, env.obs_dim, device=device),
-            "next_critic_obs": torch.randn(n, env.critic_obs_dim, device=device),
+            "next_obs": torch.randn(n, obs_dim, device=device),
+            "next_critic_obs": torch.randn(n, critic_obs_dim, device=device),
             "terminated": torch.zeros(n, device=device),
         })
     learner.update()  # captures the graph (if enabled)
@@ -172,6 +192,15 @@ def main() -> None:
         print(json.dumps(_side_by_side(learner.update, "learner", args.side_by_side, args.seconds)))
         return
     update_ms = _timed(learner.update, args.iters)
+    if args.profile:
+        _profile_cycle(algo, dims, device, learner, args.profile)
+    result = {"algo": args.algo, "task": args.task, "num_envs": n, "batch_size": algo.batch_size,
+              "updates_per_step": algo.updates_per_step, "cuda_graph": getattr(algo, "cuda_graph", None),
+              "learner_update_cycle_ms": update_ms, "gpu": torch.cuda.get_device_name(),
+              "date": time.strftime("%Y-%m-%d")}
+    if env is None:
+        _report(result, args.json)
+        return
 
     obs = env.reset()
     slot = {k: torch.zeros(n, d, device=device) for k, d in
@@ -189,16 +218,14 @@ def main() -> None:
         print(json.dumps(_side_by_side(tick, "collector", args.side_by_side, args.seconds)))
         return
     tick_ms = _timed(tick, args.iters * 4)
-    if args.profile:
-        _profile_cycle(algo, env, device, learner, args.profile)
-    result = {"algo": args.algo, "task": args.task, "num_envs": n, "batch_size": algo.batch_size,
-              "updates_per_step": algo.updates_per_step, "cuda_graph": getattr(algo, "cuda_graph", None),
-              "learner_update_cycle_ms": update_ms, "collector_tick_ms": tick_ms,
-              "collector_steps_per_s_alone": n / tick_ms * 1e3, "gpu": torch.cuda.get_device_name(),
-              "date": time.strftime("%Y-%m-%d")}
+    result.update(collector_tick_ms=tick_ms, collector_steps_per_s_alone=n / tick_ms * 1e3)
+    _report(result, args.json)
+
+
+def _report(result: dict, path: str | None) -> None:
     print(json.dumps(result, indent=2))
-    if args.json:
-        with open(args.json, "w") as f:
+    if path:
+        with open(path, "w") as f:
             json.dump(result, f, indent=2)
 
 

@@ -123,9 +123,9 @@ def test_twin_critic_members_are_the_documented_mlp_and_independent():
         linears = [layer for layer in ref if isinstance(layer, torch.nn.Linear)]
         norms = [layer for layer in ref if isinstance(layer, torch.nn.LayerNorm)]
         with torch.no_grad():
-            for lin, w, b in zip(linears, net.weights, net.biases):
-                lin.weight.copy_(w[m].T)
-                lin.bias.copy_(b[m, 0])
+            for lin, w, b in zip(linears, net.weights, net.biases):  # the unpadded part of each layer
+                lin.weight.copy_(w[m, : lin.in_features, : lin.out_features].T)
+                lin.bias.copy_(b[m, 0, : lin.out_features])
             for ln, w, b in zip(norms, net.norm_weights, net.norm_biases):
                 ln.weight.copy_(w[m, 0])
                 ln.bias.copy_(b[m, 0])
@@ -133,6 +133,32 @@ def test_twin_critic_members_are_the_documented_mlp_and_independent():
     # Member 1's output has no gradient into member 0's weights.
     logits[1].sum().backward()
     assert all(p.grad[0].abs().sum() == 0 and p.grad[1].abs().sum() > 0 for p in net.weights)
+
+
+def test_padded_widths_are_aligned_and_their_weights_stay_zero_through_updates():
+    """Odd input/output widths are padded to multiples of 8 (fast bf16 GEMM kernels on the GPU); the
+    padding must not change the networks: its weights start at zero and no update moves them."""
+    from unilab.algos.fastsac.networks import ALIGN
+
+    lrn = learner(num_atoms=51)  # critic in 10 + 3 = 13 -> 16, atoms 51 -> 56; actor in 8, out 6 -> 8
+    net, actor = lrn.critic.net, lrn.actor.net
+    assert net.weights[0].shape[1:] == (16, 32) and net.weights[-1].shape[1:] == (8, 56)
+    assert actor[0].in_features == 8 and actor[-1].out_features == 8
+    assert all(w.shape[-1] % ALIGN == 0 for w in (net.weights[0], net.weights[-1], actor[-1].weight.T))
+
+    def padding():
+        return torch.cat([net.weights[0][:, 13:].flatten(), net.weights[-1][..., 51:].flatten(),
+                          net.biases[-1][..., 51:].flatten(), actor[-1].weight[6:].flatten(),
+                          actor[-1].bias[6:]])
+
+    assert padding().numel() > 0 and (padding() == 0).all()
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        lrn.add(bandit_batch(lrn, gen))
+        lrn.update()
+    assert (padding() == 0).all()
+    assert (net.weights[0][:, :13] != 0).all()  # the real weights did train
+    assert lrn.critic(torch.randn(4, CRITIC_OBS), torch.rand(4, ACT)).shape == (2, 4, 51)
 
 
 def test_registry_builds_fastsac_and_rejects_unknown():

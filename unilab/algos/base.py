@@ -88,7 +88,7 @@ class OffPolicyLearner(ABC):
 
     def _maybe_compiled(self, fn):
         """`fn` compiled by inductor when `self.compiled`, else `fn` itself."""
-        return torch.compile(fn, dynamic=False) if self.compiled else fn
+        return torch.compile(fn, dynamic=False, mode=self.cfg.compile_mode) if self.compiled else fn
 
     @contextmanager
     def _critic_frozen(self):

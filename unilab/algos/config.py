@@ -21,3 +21,17 @@ class OffPolicyAlgoConfig:
     # null: on where the cycle is a CUDA graph (cycle on the H200: FastSAC 28.5 -> 10.7 ms, FlashSAC
     # 11.05 -> 3.12 ms), off on the CPU. The acting policy is compiled with it.
     compile: Optional[bool] = None
+    # Inductor's mode for those compiles: null (its default) or "max-autotune-no-cudagraphs" (GEMMs
+    # and reductions autotuned; minutes more at start-up). Modes with CUDA graphs are refused: the
+    # learner captures the whole cycle itself.
+    compile_mode: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.compile_mode not in COMPILE_MODES:
+            raise ValueError(
+                f"algo.compile_mode={self.compile_mode!r}: choose one of "
+                f"{', '.join('null' if m is None else m for m in COMPILE_MODES)}"
+            )
+
+
+COMPILE_MODES = (None, "default", "max-autotune-no-cudagraphs")
