@@ -12,7 +12,8 @@
 #   collector (training.mps_client_priority), then each role alone; `session4`: compiled FlashSAC alone,
 #   side-by-side bounds (roles_alone.py --side-by-side), FlashSAC gate (seed 1), FastSAC inductor tuning;
 #   `session5`: FastSAC alone, MPS runs with SM shares (mps_sweep), the FlashSAC tracking gate (2 seeds);
-#   `session6`: the FastSAC learner alone (no env, with a kernel profile), then the FastSAC walk flat gate.
+#   `session6`: the FastSAC learner alone (no env, with a kernel profile), then the FastSAC walk flat gate;
+#   `session6-learn`: a 400 s FastSAC walk flat learning run (4096 envs, MPS), then a 4096-env A/B (seed 1).
 # GPU 0 queue: the MPS gate (FastSAC walk flat, FlashSAC tracking), FlashSAC walk flat A/B, each role
 #              alone, env throughput. GPU 1 queue: the two 15 min learning runs (two segments each,
 #              joined by training.resume), side by side under MPS.
@@ -224,6 +225,19 @@ session6_queue() {  # one H200: FastSAC's GEMM widths padded to multiples of 8, 
   log "single queue done"
 }
 
+session6_learn_queue() {  # one H200: FastSAC walk flat learning with the current code (one segment), then 4096 envs A/B
+  $U mps start --gpu 0; echo "mps start rc=$?"
+  log "learning run walk6 (FastSAC, 4096 envs, MPS, 400 s)"
+  (eval "$($U mps env --gpu 0)"
+   timeout -s TERM 400 $T --algo fastsac --task g1_walk_flat training.device=cuda:0 task.num_envs=4096 \
+     algo.max_iterations=10000000 algo.save_interval=1000 training.log_dir=/tmp/learn +execution=mps \
+     training.run_name=walk6 $SIMX > "$S/learn_walk6.log" 2>&1; echo "walk6 rc=$?")
+  tail -3 /tmp/learn/walk6/run_summary.json 2>/dev/null; tail -c 400 /tmp/learn/walk6/metrics.jsonl; echo
+  gate fastsac g1_walk_flat 4096 10 training.seed=1
+  $U mps stop --gpu 0
+  log "single queue done"
+}
+
 learn() {  # name algo task envs keys...
   local name=$1 algo=$2 task=$3 envs=$4; shift 4
   (eval "$($U mps env --gpu 1)"
@@ -259,6 +273,7 @@ case "${1:-}" in
   session4) session4_queue ;;
   session5) session5_queue ;;
   session6) session6_queue ;;
+  session6-learn) session6_learn_queue ;;
   wait)
     end=$(( $(date +%s) + ${2:-500} ))
     while [ "$(date +%s)" -lt "$end" ]; do
@@ -274,5 +289,5 @@ case "${1:-}" in
     $U mps stop --gpu 0; [ "$(nvidia-smi -L | wc -l)" -gt 1 ] && $U mps stop --gpu 1; $U mps status
     tar -czf "$OUT/session.tgz" --exclude='*.pt' --exclude='tensorboard' "$S" /tmp/dp /tmp/gate /tmp/learn 2>/dev/null
     ls -la "$OUT" ;;
-  *) echo "usage: $0 start|single|priority|session4|session5|session6|wait S|collect|checks|mps|gate ALGO TASK ENVS THRESHOLD [KEY=VALUE..]|side-by-side ALGO TASK ENVS"; exit 2 ;;
+  *) echo "usage: $0 start|single|priority|session4|session5|session6|session6-learn|wait S|collect|checks|mps|gate ALGO TASK ENVS THRESHOLD [KEY=VALUE..]|side-by-side ALGO TASK ENVS"; exit 2 ;;
 esac
