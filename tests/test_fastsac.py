@@ -332,6 +332,45 @@ def test_state_dict_round_trip():
     assert torch.isfinite(other.update()["critic_loss"])
 
 
+def test_checkpoint_from_before_the_width_padding_still_loads():
+    """Checkpoints of earlier versions hold the unpadded widths (critic input 13, 51 atoms, actor
+    output 6 here); loading one gives the same policy, critic and optimiser moments."""
+    lrn = filled(num_atoms=51)
+    for _ in range(2):
+        lrn.update()
+    lrn.publish_policy()
+    sd = lrn.state_dict()
+    head = f"net.{len(lrn.actor.net) - 1}"
+    unpad = {  # parameter name -> the slice of it an unpadded network had
+        ("actor", f"{head}.weight"): (slice(0, 6),), ("actor", f"{head}.bias"): (slice(0, 6),),
+        ("critic", "net.weights.0"): (slice(None), slice(0, 13)),
+        ("critic", "net.weights.3"): (slice(None), slice(None), slice(0, 51)),
+        ("critic", "net.biases.3"): (slice(None), slice(None), slice(0, 51)),
+    }
+    old = {**sd, "actor": dict(sd["actor"]), "critic": dict(sd["critic"]), "critic_target": dict(sd["critic_target"])}
+    for (net, key), idx in unpad.items():
+        for name in (net, "critic_target") if net == "critic" else (net,):
+            old[name][key] = sd[name][key][idx].clone()
+    for opt, module in (("actor_opt", lrn.actor), ("critic_opt", lrn.critic)):
+        names = [n for n, _ in module.named_parameters()]
+        net = opt.removesuffix("_opt")
+        state = {i: {k: (v[unpad[(net, names[i])]].clone() if (net, names[i]) in unpad and k.startswith("exp_avg") else v)
+                     for k, v in per.items()} for i, per in sd[opt]["state"].items()}
+        old[opt] = {**sd[opt], "state": state}
+    assert old["critic"]["net.weights.0"].shape[1] == 13 and old["actor"][f"{head}.bias"].shape == (6,)
+
+    other = learner(seed=7, num_atoms=51)
+    other.load_state_dict(old)
+    obs = torch.randn(16, OBS)
+    assert torch.equal(other.act(obs, deterministic=True), lrn.act(obs, deterministic=True))
+    c_obs, act = torch.randn(16, CRITIC_OBS), torch.rand(16, ACT)
+    assert torch.equal(other.critic(c_obs, act), lrn.critic(c_obs, act))
+    for a, b in zip(other.critic_opt.state.values(), lrn.critic_opt.state.values()):
+        assert torch.equal(a["exp_avg_sq"], b["exp_avg_sq"])
+    other.add(bandit_batch(other, torch.Generator().manual_seed(5)))
+    assert torch.isfinite(other.update()["critic_loss"])
+
+
 @pytest.mark.filterwarnings("ignore::FutureWarning")  # raised inside torch's exporter
 def test_export_onnx(tmp_path):
     lrn = filled()

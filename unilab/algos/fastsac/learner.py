@@ -219,6 +219,7 @@ class FastSACLearner(OffPolicyLearner):
     def load_state_dict(self, sd: dict) -> None:
         # Module loads copy in place, so a captured graph would still see the new weights; the optimisers
         # however get fresh state tensors, so the graph is dropped and re-captured on the next update().
+        sd = _with_aligned_widths(sd, self)
         self.actor.load_state_dict(sd["actor"])
         self.critic.load_state_dict(sd["critic"])
         self.critic_target.load_state_dict(sd["critic_target"])
@@ -238,6 +239,31 @@ class FastSACLearner(OffPolicyLearner):
 
     def _onnx_policy(self) -> torch.nn.Module:
         return _Deterministic(ActingPolicy(copy.deepcopy(self.actor), self.obs_norm))
+
+
+def _zero_padded(saved: Tensor, shape: torch.Size) -> Tensor:
+    """`saved` with zeros appended along every dimension where it is shorter than `shape`."""
+    if saved.shape == shape or saved.dim() != len(shape) or any(a > b for a, b in zip(saved.shape, shape)):
+        return saved  # equal, or not a narrower copy: load_state_dict reports any mismatch
+    out = saved.new_zeros(shape)
+    out[tuple(slice(0, n) for n in saved.shape)] = saved
+    return out
+
+
+def _with_aligned_widths(sd: dict, learner: FastSACLearner) -> dict:
+    """A checkpoint written before the first/last layer widths were padded to multiples of 8: its
+    weights and optimiser moments are zero-padded to today's shapes (exactly what the padding holds)."""
+    sd = dict(sd)
+    for name in ("actor", "critic", "critic_target"):
+        ref = getattr(learner, name).state_dict()
+        sd[name] = {k: _zero_padded(v, ref[k].shape) if k in ref else v for k, v in sd[name].items()}
+    for name, module in (("actor_opt", learner.actor), ("critic_opt", learner.critic)):
+        shapes = [p.shape for p in module.parameters()]
+        state = {i: {k: _zero_padded(v, shapes[i]) if torch.is_tensor(v) and v.dim() and i < len(shapes) else v
+                     for k, v in per_param.items()}
+                 for i, per_param in sd[name]["state"].items()}
+        sd[name] = {**sd[name], "state": state}
+    return sd
 
 
 class _Deterministic(torch.nn.Module):
