@@ -161,6 +161,13 @@ def test_padded_widths_are_aligned_and_their_weights_stay_zero_through_updates()
     assert lrn.critic(torch.randn(4, CRITIC_OBS), torch.rand(4, ACT)).shape == (2, 4, 51)
 
 
+def test_compile_modes_with_cuda_graphs_are_refused():
+    # The learner captures its whole cycle itself; inductor's own graphs inside it cannot be captured.
+    with pytest.raises(ValueError, match="algo.compile_mode='max-autotune': choose one of null, default"):
+        replace(TINY, compile_mode="max-autotune")
+    assert replace(TINY, compile_mode="max-autotune-no-cudagraphs").compile_mode == "max-autotune-no-cudagraphs"
+
+
 def test_registry_builds_fastsac_and_rejects_unknown():
     lrn = learner()
     assert isinstance(lrn, FastSACLearner) and isinstance(lrn, OffPolicyLearner)

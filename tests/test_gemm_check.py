@@ -83,14 +83,15 @@ def test_a_learner_shape_outside_the_fixed_ones_fails_closed():
 
     cfg = FastSACConfig(batch_size=16, replay_capacity=64, critic_hidden_dim=32, actor_hidden_dim=32, num_atoms=11,
                         bf16=False, cuda_graph=False)
-    lrn = make_learner(cfg, 7, 9, 3, CPU, seed=0)
+    lrn = make_learner(cfg, 21, 9, 3, CPU, seed=0)
+    assert lrn.actor.net[0].in_features == 24  # the actor's input width, 21 padded to a multiple of 8
     shapes = weight_products((lrn.actor, lrn.critic), (16, 32))
     check_half_gemm(CPU, "learner", "30", shapes=shapes)  # correct arithmetic passes
 
     def broken_for_obs_width(a, b):
         out = torch.matmul(a, b)
-        return out * 1.5 if a.dtype == torch.bfloat16 and a.shape[-1] == 7 else out
+        return out * 1.5 if a.dtype == torch.bfloat16 and a.shape[-1] == 24 else out
 
-    with pytest.raises(HalfPrecisionGemmError, match=r"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30 .* \(16, 7\)@\(7, 32\)"):
+    with pytest.raises(HalfPrecisionGemmError, match=r"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30 .* \(16, 24\)@\(24, 32\)"):
         check_half_gemm(CPU, "learner", "30", shapes=shapes, matmul=broken_for_obs_width)
     check_half_gemm(CPU, "learner", "30", matmul=broken_for_obs_width, shapes=SMALL)  # the fixed shapes miss it
