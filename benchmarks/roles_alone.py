@@ -22,15 +22,6 @@ import json
 import time
 
 
-def _cfg(group: str, name: str, overrides: dict):
-    from omegaconf import OmegaConf
-
-    from unilab.config.store import GROUP_SCHEMAS, _load
-
-    schema = _load(next(t for g, n, t in GROUP_SCHEMAS if g == group and n == f"{name}_schema"))
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), overrides))
-
-
 def _timed(fn, iters: int, warmup: int = 5) -> float:
     import torch
 
@@ -154,14 +145,15 @@ def main() -> None:
     import torch
 
     from unilab.algos.base import make_learner
+    from unilab.config.store import group_object
 
     over = {"algo": {}, "task": {"num_envs": args.envs}, "sim": {}}
     for item in args.set:
         key, value = item.split("=", 1)
         group, _, field = key.partition(".")
         over[group][field] = json.loads(value) if value[:1] in "0123456789-[{tfn" else value
-    algo = _cfg("algo", args.algo, over["algo"])
-    task = _cfg("task", args.task, over["task"])
+    algo = group_object("algo", args.algo, over["algo"])
+    task = group_object("task", args.task, over["task"])
     device = torch.device("cuda:0")
     env = None
     if args.dims:

@@ -117,6 +117,15 @@ def test_bad_client_priority_fails_before_the_run(tmp_path, spies, capsys, fake_
     assert run_dirs(log_dir) == [] and spies[0].calls == []
 
 
+@pytest.mark.parametrize("algo", ["fastsac", "flashsac"])
+def test_bad_algo_setting_fails_before_the_run(tmp_path, spies, capsys, algo):
+    # The algorithm's own checks (its schema's __post_init__) run before anything is created.
+    log_dir = tmp_path / "runs"
+    code = run_train(f"algo={algo}", "algo.compile_mode=max-autotune", f"training.log_dir={log_dir}")
+    assert code == 2 and "algo.compile_mode='max-autotune': choose one of" in capsys.readouterr().err
+    assert run_dirs(log_dir) == [] and spies[0].calls == []
+
+
 def test_mps_valid_writes_evidence(tmp_path, spies, fake_host, daemon):
     log_dir = tmp_path / "runs"
     assert run_train("+execution=mps", f"training.log_dir={log_dir}") == 0

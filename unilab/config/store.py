@@ -33,6 +33,15 @@ def register_configs() -> None:
     _registered = True
 
 
+def group_object(group: str, name: str, values):
+    """The schema dataclass of config `name` in `group`, filled with `values`: its own checks
+    (`__post_init__`) run. None where that schema is not part of this build."""
+    from omegaconf import OmegaConf
+
+    schema = _load(next(t for g, n, t in GROUP_SCHEMAS if g == group and n == f"{name}_schema"))
+    return None if schema is None else OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))
+
+
 def _load(target: str):
     module, _, attr = target.partition(":")
     try:

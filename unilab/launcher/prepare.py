@@ -151,9 +151,21 @@ def role_mps_env(training: dict) -> dict[str, dict[str, str]]:
     return env
 
 
+def check_algo(algo: dict) -> None:
+    """The algorithm's own checks on its settings (its schema's `__post_init__`), before anything exists:
+    the runtime hands the learner the plain resolved values."""
+    from unilab.config.store import group_object
+
+    try:
+        group_object("algo", algo["name"], algo)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def prepare_run(cfg: DictConfig) -> PreparedRun:
     evidence = execution_evidence(cfg)
     config = resolved_config(cfg)
+    check_algo(config["algo"])
     mps_env = role_mps_env(config["training"])
     devices = rank_devices(config["training"])
     _check_gpus_visible(devices)
