@@ -58,3 +58,15 @@ def fake_host(monkeypatch, mps_env):
     for key, value in mps_env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+@pytest.fixture
+def inductor_fallback_random():
+    """Compiled code draws from eager's RNG stream, for compiled-vs-eager comparisons.
+
+    torch's own ``config.patch`` restores the config module on exit; a ``monkeypatch.setattr`` undo
+    under pytest >= 9 deletes the attribute instead, and every later ``torch.export`` then fails."""
+    import torch._inductor.config as inductor_config
+
+    with inductor_config.patch(fallback_random=True):
+        yield

@@ -217,12 +217,9 @@ def test_bandit_learns_target_action():
     assert metrics["q_mean"].item() > -0.5  # the learned value is close to the optimum 0
 
 
-def test_compiled_losses_match_eager(monkeypatch):
+def test_compiled_losses_match_eager(inductor_fallback_random):
     """algo.compile=true: the cycle calls compiled critic and actor losses (inductor; C++ on the CPU)
     that compute what the eager losses compute, gradients included, and the cycle runs on them."""
-    import torch._inductor.config as inductor_config
-
-    monkeypatch.setattr(inductor_config, "fallback_random", True)  # eager's RNG stream, for the comparison
     lrn = learner(seed=3, compile=True)
     gen = torch.Generator().manual_seed(1)
     b = {

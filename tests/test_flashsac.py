@@ -210,12 +210,9 @@ def test_unit_norm_holds_after_optimiser_steps():
     torch.testing.assert_close(layer.weight.norm(dim=-1), torch.ones(2, 3))
 
 
-def test_compiled_cycle_matches_eager(monkeypatch):
+def test_compiled_cycle_matches_eager(inductor_fallback_random):
     """algo.compile=true: the cycle calls compiled losses and sphere projections (inductor; C++ on the
     CPU) that leave every weight, BatchNorm statistic and the temperature where the eager cycle does."""
-    import torch._inductor.config as inductor_config
-
-    monkeypatch.setattr(inductor_config, "fallback_random", True)  # eager's RNG stream, for the comparison
     eager, compiled = learner(replace(TINY, compile=False), seed=3), learner(replace(TINY, compile=True), seed=3)
     assert compiled.compiled and not eager.compiled
     assert compiled._critic_loss_fn is not compiled._critic_loss and eager._critic_loss_fn == eager._critic_loss
