@@ -14,24 +14,31 @@ import torch
 from unilab.sim.config import MjWarpSimConfig
 from unilab.tasks import make_env
 from unilab.tasks.common import math as qm
-from unilab.tasks.g1_walk_flat.config import G1WalkFlatConfig, RandomizationConfig
+from unilab.tasks.g1_walk_flat.config import G1WalkFlatConfig, ObservationConfig, RandomizationConfig
 
 N = 8
 SHORT_STEPS = 10  # episode_length_s = 0.2 at dt = 0.02
 
 
+def plain_config(**kw) -> G1WalkFlatConfig:
+    """No noise, pushes, friction draws or staggered first episodes; uniform 0.5 rad action scale."""
+    quiet = RandomizationConfig(friction_range=None, push_interval_s=None, stagger_first_episode=False)
+    return G1WalkFlatConfig(**{"randomization": quiet, "observations": ObservationConfig(noise_scale=0.0),
+                               "action_bounds": "uniform", **kw})
+
+
 @pytest.fixture(scope="module")
 def env():
-    cfg = G1WalkFlatConfig(num_envs=N, episode_length_s=3.0)
-    return make_env(cfg, MjWarpSimConfig(), device="cpu", seed=0)
+    return make_env(plain_config(num_envs=N, episode_length_s=3.0), MjWarpSimConfig(), device="cpu", seed=0)
 
 
 def _short_env(seed: int):
-    """Short episodes, every randomisation hook on."""
+    """Short episodes, the randomisation hooks on (but the staggered first episode)."""
     cfg = G1WalkFlatConfig(
         num_envs=4,
         episode_length_s=SHORT_STEPS * 0.02,
-        randomization=RandomizationConfig(friction_range=(0.4, 1.2), push_interval_s=0.06, push_max_vel_xy=0.3),
+        randomization=RandomizationConfig(friction_range=(0.4, 1.2), push_interval_s=(0.06, 0.06),
+                                          push_max_vel_xy=0.3, stagger_first_episode=False),
     )
     return make_env(cfg, MjWarpSimConfig(), device="cpu", seed=seed)
 
@@ -99,7 +106,7 @@ def test_reward_terms_finite(env):
         _, critic_obs, reward, _, _, info = env.step(_random_actions(gen, N))
         assert torch.isfinite(reward).all() and torch.isfinite(critic_obs).all()
         terms = {k: v for k, v in info.items() if k.startswith("rew/")}
-        assert len(terms) == 18
+        assert len(terms) == 19
         assert all(v.shape == () and torch.isfinite(v) for v in terms.values())
     assert info["rew/alive"] > 0.0 and info["rew/action_rate"] < 0.0
 
@@ -173,9 +180,63 @@ def test_randomisation_hooks(short_envs):
     mu = env._geom_friction[..., 0]
     assert ((mu >= 0.4) & (mu <= 1.2)).all()
     assert (mu == mu[:, :1]).all() and not (mu[:, 0] == mu[0, 0]).all()  # per world, every geom
-    env.common_step_counter.fill_(2)  # the next step is a push step (every 3 steps)
+    before = env.base_lin_vel_w[:, :2].clone()
+    env._push(torch.tensor([True, False, True, False]))
+    kick = (env.base_lin_vel_w[:, :2] - before).abs()
+    assert (kick[[0, 2]].max(dim=1).values > 0.0).all() and (kick[[0, 2]] <= 0.3).all()
+    assert (kick[[1, 3]] == 0.0).all()
+    env.push_time_left[:] = 100.0
+    env.push_time_left[:2] = 0.01  # envs 0 and 1 are due at the next step, each at its own time
     env.step(torch.zeros(env.num_envs, 29))
-    assert (env.base_lin_vel_w[:, :2].abs().max(dim=1).values > 0.02).all()
+    assert torch.allclose(env.push_time_left[:2], torch.full((2,), 0.06)) and (env.push_time_left[2:] > 99.0).all()
+
+
+@pytest.mark.slow
+def test_default_task_staggers_first_episodes_and_bounds_actions_by_joint_limits():
+    env = make_env(G1WalkFlatConfig(num_envs=N, episode_length_s=3.0), MjWarpSimConfig(), device="cpu", seed=3)
+    first = env.episode_length.clone()
+    assert (first >= 0).all() and (first < env.max_episode_length).all() and len(set(first.tolist())) > 1
+    # joint_limits: +1 / -1 put every target on the soft joint limit, 0 on the stand pose.
+    for a, target in ((1.0, env.soft_upper), (-1.0, env.soft_lower), (0.0, env.default_joint_pos)):
+        env.actions.fill_(a)
+        env._apply_actions()
+        torch.testing.assert_close(env.backend.ctrl[0], target)
+    with pytest.raises(ValueError, match="action_bounds"):
+        env._action_spans(G1WalkFlatConfig(action_bounds="torque"))
+
+
+@pytest.mark.slow
+def test_tracking_errors_and_held_commands(env):
+    env.reset()
+    qpos, qvel = env.qpos, env.qvel
+    qpos[:, 3:7] = torch.tensor([1.0, 0.0, 0.0, 0.0])  # heading along world x: body frame = world frame
+    qvel[:, :6] = 0.0
+    qvel[:, 0] = 0.3  # 0.3 m/s forward
+    qvel[:, 5] = 0.2  # 0.2 rad/s yaw rate
+    env.commands.zero_()
+    env.commands[0] = torch.tensor([1.0, 0.0, 0.0])  # moving only: lin error 0.7
+    env.commands[1] = torch.tensor([0.0, 0.4, 1.0])  # moving and turning: lin error 0.5, yaw error 0.8
+    env.commands[2] = torch.tensor([0.0, 0.0, -0.5])  # turning only: yaw error 0.7
+    info = {}
+    env._extend_info(info)
+    assert info["metrics/lin_vel_error"].item() == pytest.approx((0.7 + 0.5) / 2, abs=1e-5)
+    assert info["metrics/yaw_rate_error"].item() == pytest.approx((0.8 + 0.7) / 2, abs=1e-5)
+
+    held = torch.tensor([[0.5, 0.0, 0.0]]).repeat(N, 1)
+    env.hold_commands(held)
+    env.command_time_left[:] = 0.0  # a resample is due: it keeps the held commands
+    env.step(torch.zeros(N, 29))
+    assert torch.equal(env.commands, held)
+    env._held_commands = None
+
+
+@pytest.mark.slow
+def test_feet_distance_penalty(env):
+    env.reset()
+    assert (env._reward_feet_distance() == 0.0).all()  # the stand pose has its feet apart
+    feet = env.foot_pos
+    gap = (feet[:, 0, :2] - feet[:, 1, :2]).norm(dim=1)
+    assert (gap > env.cfg.rewards.min_feet_distance).all()
 
 
 @pytest.mark.slow

@@ -79,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--steps", type=int, help="control steps (default: one full episode)")
     play.set_defaults(func=_play)
 
+    from unilab.eval.cli import add_parser as add_eval_parser
+
+    add_eval_parser(sub)
+
     from unilab.bench.cli import add_bench_parser
     from unilab.mpstool.cli import add_mps_parser
 

@@ -21,23 +21,17 @@ def play(run_dir: str | Path, config: dict, device: str, *, checkpoint: str | No
          num_envs: int | None = None, steps: int | None = None) -> dict[str, Any]:
     import torch
 
-    from unilab.algos.base import make_learner
     from unilab.evidence.atomic import write_json_atomic
     from unilab.tasks import make_env
 
-    from .checkpoint import find_checkpoint, load_checkpoint
-    from .learner import _attrs
+    from .checkpoint import find_checkpoint
 
     ckpt = find_checkpoint(str(checkpoint or run_dir))
     task = {**config["task"], **({"num_envs": int(num_envs)} if num_envs else {})}
     seed = int(config["training"]["seed"]) + 7919  # not the training envs' seed
     env = make_env(task, config["sim"], device, seed)
     n = env.num_envs
-    # The replay is never sampled here: keep it one batch of envs small.
-    algo = _attrs({**config["algo"], "replay_capacity": n})
-    learner = make_learner(algo, env.obs_dim, env.critic_obs_dim, env.action_dim, torch.device(device), seed)
-    state = load_checkpoint(ckpt, device)
-    learner.load_state_dict(state["learner"])
+    learner, state = load_learner(config, env, ckpt, device, seed)
     steps = int(steps or env.max_episode_length)
 
     obs = env.reset()
@@ -69,6 +63,28 @@ def play(run_dir: str | Path, config: dict, device: str, *, checkpoint: str | No
     }
     write_json_atomic(Path(run_dir) / PLAY_FILE, report)
     return report
+
+
+def load_learner(config: dict, env, checkpoint, device: str, seed: int):
+    """The run's learner for `env`, with the checkpoint's weights; returns (learner, checkpoint dict).
+    A checkpoint whose shapes do not fit the run's config raises ValueError."""
+    import torch
+
+    from unilab.algos.base import make_learner
+
+    from .checkpoint import load_checkpoint
+    from .learner import _attrs
+
+    # The replay is never sampled here: keep it one batch of envs small.
+    algo = _attrs({**config["algo"], "replay_capacity": env.num_envs})
+    learner = make_learner(algo, env.obs_dim, env.critic_obs_dim, env.action_dim, torch.device(device), seed)
+    state = load_checkpoint(checkpoint, device)
+    try:
+        learner.load_state_dict(state["learner"])
+    except (RuntimeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{checkpoint}: does not fit this run's {config['algo']['name']} learner "
+                         f"for {config['task']['name']} ({str(exc).splitlines()[0]})") from exc
+    return learner, state
 
 
 def play_main(run_dir: str, config: dict, device: str, out) -> None:

@@ -24,7 +24,8 @@ class CommandConfig:
 @dataclass
 class RewardWeights:
     track_lin_vel_xy: float = 1.0
-    track_ang_vel_z: float = 0.5
+    # As heavy as the linear term: at half its weight turning was barely learned.
+    track_ang_vel_z: float = 1.0
     lin_vel_z: float = -2.0
     ang_vel_xy: float = -0.05
     orientation: float = -1.0
@@ -39,6 +40,9 @@ class RewardWeights:
     feet_contact: float = 0.18
     feet_swing_height: float = -20.0
     feet_slip: float = -0.2
+    # Feet closer than rewards.min_feet_distance (m, xy): keeps the legs from crossing each other
+    # (the robot's geoms do not collide with each other).
+    feet_distance: float = -10.0
     alive: float = 0.15
     termination: float = -100.0
 
@@ -52,6 +56,7 @@ class RewardConfig:
     stance_fraction: float = 0.55  # share of the gait cycle a foot should be on the ground
     swing_height: float = 0.08  # m, target foot clearance while swinging
     soft_joint_limit_factor: float = 0.9
+    min_feet_distance: float = 0.15  # m, between the sole points in the ground plane
 
 
 @dataclass
@@ -66,8 +71,8 @@ class ObservationConfig:
     joint_vel_scale: float = 0.05
     lin_vel_scale: float = 2.0  # critic only
     clip: float = 100.0
-    # Uniform noise half-widths (in scaled units), multiplied by noise_scale; off by default.
-    noise_scale: float = 0.0
+    # Uniform noise half-widths (in scaled units), multiplied by noise_scale (0 turns the noise off).
+    noise_scale: float = 1.0
     ang_vel_noise: float = 0.05
     gravity_noise: float = 0.05
     joint_pos_noise: float = 0.01
@@ -80,10 +85,14 @@ class RandomizationConfig:
     reset_joint_pos_noise: float = 0.1  # rad, uniform around the default pose
     reset_base_yaw: float = 3.14159  # rad, uniform heading in [-v, v]
     reset_base_vel_noise: float = 0.0  # m/s and rad/s, uniform
-    # Hooks, off by default.
-    friction_range: tuple[float, float] | None = None  # per-env sliding friction, resampled on reset
-    push_interval_s: float | None = None  # push every env this often
+    # Per-env sliding friction of every geom, resampled on reset; null turns it off.
+    friction_range: tuple[float, float] | None = (0.3, 1.2)
+    # Every env is pushed at its own times, uniformly push_interval_s apart; null turns pushes off.
+    push_interval_s: tuple[float, float] | None = (1.0, 3.0)
     push_max_vel_xy: float = 0.5  # m/s, uniform planar velocity kick
+    # The first episode of each env ends after a uniform share of its length, so that envs do not
+    # reset in lockstep and the replay never holds one phase of the episode only.
+    stagger_first_episode: bool = True
 
 
 @dataclass
@@ -91,7 +100,12 @@ class G1WalkFlatConfig:
     name: str = "g1_walk_flat"
     num_envs: int = 4096
     episode_length_s: float = 20.0
-    action_scale: float = 0.5  # rad per unit action around the default pose
+    # How an action in [-1, 1] becomes a joint position target:
+    #   "joint_limits": the default pose plus the action times the distance from the default to the
+    #     soft joint limit on that side, so every target the joint can reach is reachable;
+    #   "uniform": the default pose plus action_scale rad, the same for every joint.
+    action_bounds: str = "joint_limits"
+    action_scale: float = 0.5  # rad per unit action ("uniform" only)
     commands: CommandConfig = field(default_factory=CommandConfig)
     rewards: RewardConfig = field(default_factory=RewardConfig)
     terminations: TerminationConfig = field(default_factory=TerminationConfig)

@@ -54,10 +54,37 @@ class G1WalkFlatEnv(TaskEnv):
         self._last_joint_vel = torch.zeros(n, self.action_dim, device=dev, dtype=f32)
         self.joint_acc = torch.zeros(n, self.action_dim, device=dev, dtype=f32)
 
+        self._action_low, self._action_high = self._action_spans(cfg)
+        # Commands the env holds instead of sampling them (evaluation); set before the first step.
+        self._held_commands: torch.Tensor | None = None
+
         rnd = cfg.randomization
-        self._push_every = 0 if rnd.push_interval_s is None else max(1, round(rnd.push_interval_s / self.dt))
+        self.push_time_left = torch.full((n,), math.inf, device=dev, dtype=f32)
         self._geom_friction = self._per_world_friction() if rnd.friction_range is not None else None
         self._finish_init()
+        if rnd.stagger_first_episode:
+            self.episode_length.copy_(torch.randint(0, self.max_episode_length, (n,), device=dev,
+                                                    generator=self.generator))
+
+    def _action_spans(self, cfg: G1WalkFlatConfig) -> tuple[torch.Tensor, torch.Tensor]:
+        """(nu,) radians that actions of -1 and +1 move each joint target from the default pose."""
+        if cfg.action_bounds == "uniform":
+            span = torch.full_like(self.default_joint_pos, float(cfg.action_scale))
+            return span, span
+        if cfg.action_bounds == "joint_limits":
+            return ((self.default_joint_pos - self.soft_lower).clamp(min=0.0),
+                    (self.soft_upper - self.default_joint_pos).clamp(min=0.0))
+        raise ValueError(f"task.action_bounds={cfg.action_bounds!r}: choose joint_limits or uniform")
+
+    def _apply_actions(self) -> None:
+        a = self.actions
+        self.backend.ctrl.copy_(self.default_joint_pos + torch.where(a < 0.0, a * self._action_low, a * self._action_high))
+
+    def hold_commands(self, commands: torch.Tensor) -> None:
+        """Hold these (N, 3) commands (vx, vy, wz) for good: no resampling, no standing draws.
+        Call before the first step (a captured step reads the tensor it saw then)."""
+        self._held_commands = commands.to(self.device, torch.float32).clone()
+        self.commands.copy_(self._held_commands)
 
     # --------------------------------------------------------------- state
     @property
@@ -101,8 +128,11 @@ class G1WalkFlatEnv(TaskEnv):
 
         self.command_time_left -= self.dt
         self._resample_commands(self.command_time_left <= 0.0)
-        if self._push_every:
-            self._push(self.common_step_counter % self._push_every == 0)
+        if self.cfg.randomization.push_interval_s is not None:
+            self.push_time_left -= self.dt
+            due = self.push_time_left <= 0.0
+            self._push(due)
+            self.push_time_left.copy_(torch.where(due, self._push_interval(), self.push_time_left))
 
     def _resample_commands(self, mask: torch.Tensor) -> None:
         c = self.cfg.commands
@@ -121,15 +151,21 @@ class G1WalkFlatEnv(TaskEnv):
         new[:, 2:] = torch.where(new[:, 2:].abs() < c.min_ang_speed, 0.0, new[:, 2:])
         stand = self._rand(n) < c.standing_fraction
         new = torch.where(stand[:, None], 0.0, new)
+        if self._held_commands is not None:
+            new = self._held_commands
         duration = self._rand(n, low=c.resampling_time_s[0], high=c.resampling_time_s[1])
         self.commands.copy_(torch.where(mask[:, None], new, self.commands))
         self.command_time_left.copy_(torch.where(mask, duration, self.command_time_left))
 
     def _push(self, due: torch.Tensor) -> None:
-        """Kick every base on the steps where the device flag ``due`` is set (no host branch)."""
+        """Kick the bases of the envs where ``due`` is set (a device mask: no host branch)."""
         v = self.cfg.randomization.push_max_vel_xy
-        kick = self._rand(self.num_envs, 2, low=-v, high=v) * due
+        kick = self._rand(self.num_envs, 2, low=-v, high=v) * due[:, None]
         self.qvel[:, self.root_dof_adr:self.root_dof_adr + 2] += kick
+
+    def _push_interval(self) -> torch.Tensor:
+        low, high = self.cfg.randomization.push_interval_s
+        return self._rand(self.num_envs, low=low, high=high)
 
     def _per_world_friction(self) -> torch.Tensor:
         """Give every world its own geom friction table; returns its (N, ngeom, 3) torch view.
@@ -163,12 +199,24 @@ class G1WalkFlatEnv(TaskEnv):
             self._geom_friction[..., 0] = torch.where(mask[:, None], mu[:, None], self._geom_friction[..., 0])
 
         self._resample_commands(mask)
+        if rnd.push_interval_s is not None:
+            self.push_time_left.copy_(torch.where(mask, self._push_interval(), self.push_time_left))
         m1, m2 = mask[:, None], mask[:, None, None]
         self.foot_contact.copy_(torch.where(m1, True, self.foot_contact))
         self.foot_vel.masked_fill_(m2, 0.0)
         self._last_foot_pos.copy_(torch.where(m2, self.foot_pos, self._last_foot_pos))
         self._last_joint_vel.copy_(torch.where(m1, self.joint_vel, self._last_joint_vel))
         self.joint_acc.masked_fill_(m1, 0.0)
+
+    def _extend_info(self, info) -> None:
+        """Tracking errors of the envs under a non-zero command (m/s, rad/s): the learning curve of
+        what the task is for. Instantaneous, so they include the gait's own sway."""
+        moving = self.commands[:, :2].norm(dim=1) > 0.0
+        turning = self.commands[:, 2] != 0.0
+        lin_err = (self.commands[:, :2] - self.base_lin_vel_b[:, :2]).norm(dim=1)
+        yaw_err = (self.commands[:, 2] - self.base_ang_vel_b[:, 2]).abs()
+        info["metrics/lin_vel_error"] = (lin_err * moving).sum() / moving.sum().clamp(min=1)
+        info["metrics/yaw_rate_error"] = (yaw_err * turning).sum() / turning.sum().clamp(min=1)
 
     def _check_terminated(self) -> torch.Tensor:
         t = self.cfg.terminations
@@ -262,6 +310,11 @@ class G1WalkFlatEnv(TaskEnv):
     def _reward_feet_swing_height(self) -> torch.Tensor:
         err = (self.foot_pos[..., 2] - self.cfg.rewards.swing_height).square()
         return (err * ~self.foot_contact).sum(dim=1)
+
+    def _reward_feet_distance(self) -> torch.Tensor:
+        feet = self.foot_pos[..., :2]
+        gap = (feet[:, 0] - feet[:, 1]).norm(dim=1)
+        return (self.cfg.rewards.min_feet_distance - gap).clamp(min=0.0)
 
     def _reward_feet_slip(self) -> torch.Tensor:
         return (rk.squared_norm(self.foot_vel[..., :2]) * self.foot_contact).sum(dim=1)

@@ -1,0 +1,137 @@
+"""`unilab eval RUN [--checkpoint FILE] [--suite nominal|robust|all]`: eval.json and a printed table.
+
+Input is checked before anything is built: a directory that is not a run, a run without
+checkpoints, a checkpoint of another run's task or algorithm, or a task without an evaluation
+exit 2 with the reason, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+EVAL_FILE = "eval.json"
+EVAL_SCHEMA = "unilab.eval/1"
+EVALUATED_TASKS = ("g1_walk_flat",)
+
+
+class EvalInputError(ValueError):
+    """Bad input to `unilab eval`: exit 2, nothing written."""
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merge(base.get(key, {}), value) if isinstance(value, dict) else value
+    return out
+
+
+def check_inputs(run: str, checkpoint: str | None) -> tuple[dict, Path]:
+    """The run's config and the checkpoint to evaluate, or EvalInputError."""
+    from unilab.evidence.run_config import load_run_config
+    from unilab.runtime.checkpoint import find_checkpoint, run_dir_of
+
+    try:
+        config = load_run_config(run)
+    except (FileNotFoundError, ValueError) as exc:
+        raise EvalInputError(f"{run} is not a run directory ({exc})") from exc
+    task, algo = config["task"]["name"], config["algo"]["name"]
+    if task not in EVALUATED_TASKS:
+        raise EvalInputError(f"no evaluation for task {task!r} yet; evaluated tasks: {', '.join(EVALUATED_TASKS)}")
+    try:
+        ckpt = find_checkpoint(checkpoint or run)
+    except FileNotFoundError as exc:
+        raise EvalInputError(str(exc).replace("training.resume=", "")) from exc
+    owner = run_dir_of(ckpt)
+    if checkpoint and (owner / "run_config.json").is_file():
+        other = load_run_config(owner)
+        theirs = (other["task"]["name"], other["algo"]["name"])
+        if theirs != (task, algo):
+            raise EvalInputError(f"{ckpt} is a checkpoint of {theirs[1]} on {theirs[0]}; {run} trains {algo} on {task}")
+    return config, ckpt
+
+
+def evaluate(run: str, *, checkpoint: str | None = None, suites=("nominal", "robust"), device: str | None = None,
+             settings=None, out: str | None = None) -> dict:
+    import torch
+
+    from unilab.evidence.atomic import write_json_atomic
+    from unilab.runtime.play import load_learner
+    from unilab.tasks import make_env
+
+    from . import walk
+
+    config, ckpt = check_inputs(run, checkpoint)
+    settings = settings or walk.WalkEvalSettings()
+    device = device or str(config["training"]["device"])
+    seed = int(config["training"]["seed"]) + 104729  # neither the training nor the play envs' seed
+    report = {"schema": EVAL_SCHEMA, "run": str(Path(run).resolve()), "checkpoint": str(ckpt),
+              "task": config["task"]["name"], "algo": config["algo"]["name"], "device": device,
+              "settings": vars(settings), "commands": [list(c) for c in walk.COMMAND_GRID], "suites": {}}
+    for suite in suites:
+        task = _merge(config["task"], walk.task_overrides(suite, settings))
+        env = make_env(task, config["sim"], device, seed)
+        try:
+            learner, state = load_learner(config, env, ckpt, device, seed)
+        except ValueError as exc:
+            raise EvalInputError(str(exc)) from exc
+        report["iteration"], report["env_steps"] = int(state["iteration"]), int(state.get("env_steps", 0))
+        rows = walk.rollout(env, lambda obs: learner.act(obs, deterministic=True), settings)
+        report["suites"][suite] = {"per_command": rows, "overall": walk.overall(rows)}
+        del env, learner
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    write_json_atomic(Path(out) if out else Path(run) / EVAL_FILE, report)
+    return report
+
+
+def format_table(report: dict) -> str:
+    def num(x, fmt="{:.3f}"):
+        return "-" if x is None else fmt.format(x)
+
+    lines = [f"eval of {report['checkpoint']} (iteration {report.get('iteration')}, {report.get('env_steps', 0):,} env steps)"]
+    for suite, res in report["suites"].items():
+        lines.append(f"\n[{suite}]  command (vx, vy, wz) -> achieved      lin err m/s  yaw err rad/s  falls  torque/limit")
+        for r in res["per_command"]:
+            cmd = "({:+.1f}, {:+.1f}, {:+.1f})".format(*r["command"])
+            ach = "({:+.2f}, {:+.2f}, {:+.2f})".format(*r["achieved"])
+            lines.append(f"  {cmd:<20} {ach:<22} {num(r['lin_error']):>10} {num(r['yaw_error']):>13} "
+                         f"{100 * r['fall_fraction']:>5.1f}% {num(r['torque_share'], '{:.2f}'):>12}")
+        o = res["overall"]
+        lines.append(f"  {'overall':<43} {num(o['lin_error']):>10} {num(o['yaw_error']):>13} "
+                     f"{100 * (o['fall_fraction'] or 0):>5.1f}% {num(o['torque_share'], '{:.2f}'):>12}")
+    return "\n".join(lines)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("eval", help="measure a run's policy: tracking errors and falls over a command grid (eval.json)")
+    p.add_argument("run", help="run directory")
+    p.add_argument("--checkpoint", help="checkpoint file (default: the run's latest)")
+    p.add_argument("--suite", choices=("nominal", "robust", "all"), default="all")
+    p.add_argument("--device", help="default: the run's training.device")
+    p.add_argument("--envs-per-command", type=int, default=32)
+    p.add_argument("--hold-s", type=float, default=10.0, help="seconds each command is held")
+    p.add_argument("--window-s", type=float, default=6.0, help="the last seconds of the hold that are measured")
+    p.add_argument("--out", help="where to write the report (default: RUN/eval.json)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from .walk import WalkEvalSettings
+
+    if args.envs_per_command < 1 or not 0 < args.window_s <= args.hold_s:
+        print("unilab eval: need --envs-per-command >= 1 and 0 < --window-s <= --hold-s", file=sys.stderr)
+        return 2
+    suites = ("nominal", "robust") if args.suite == "all" else (args.suite,)
+    settings = WalkEvalSettings(args.envs_per_command, args.hold_s, args.window_s)
+    try:
+        report = evaluate(args.run, checkpoint=args.checkpoint, suites=suites, device=args.device,
+                          settings=settings, out=args.out)
+    except EvalInputError as exc:
+        print(f"unilab eval: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(report, indent=2) if args.json else format_table(report))
+    return 0
