@@ -323,16 +323,18 @@ def test_a_learner_killed_in_teardown_after_its_summary_does_not_fail_the_run(re
     import queue
     import threading
 
-    from unilab.launcher.launch import _State, _supervise
+    from unilab.launcher.supervisor import Supervisor
+    from unilab.runtime.protocol import Finished
 
     inbox = queue.Queue()
     if reported:
-        inbox.put(("finished", "learner[0]", {"status": "completed", "iterations": 5}))
+        inbox.put(Finished("learner[0]", {"status": "completed", "iterations": 5}))
     procs = {"learner[0]": _ExitedProcess(-9), "collector[0]": _ExitedProcess(0)}
-    state = _State(verified=True)
-    _supervise(None, [(_Spec(), {}, None, "cuda:0")], procs, inbox, threading.Event(), threading.Event(), state)
+    sup = Supervisor([_Spec()], procs, inbox, threading.Event(), threading.Event(), verify=None)
+    sup.verified = True
+    sup.run()
     if reported:
-        assert state.status == "completed" and state.learner_summary["iterations"] == 5
-        assert any("learner[0]" in note and "-9" in note for note in state.notes)
+        assert sup.status == "completed" and sup.learner_summary["iterations"] == 5
+        assert any("learner[0]" in note and "-9" in note for note in sup.notes)
     else:
-        assert state.status == "failed" and state.cause == "the learner[0] exited with code -9"
+        assert sup.status == "failed" and sup.cause == "the learner[0] exited with code -9"

@@ -45,8 +45,8 @@ class OffPolicyLearner(ABC):
 
     @abstractmethod
     def add(self, batch: dict[str, Tensor]) -> None:
-        """Append transitions (obs, critic_obs, action, reward, next_obs, next_critic_obs, terminated)
-        to the replay and update the observation normalisers."""
+        """Append transitions (the fields of `unilab.runtime.protocol.TRANSITION_FIELDS`) to the replay and
+        update the observation normalisers."""
 
     def ready(self) -> bool:
         """Whether the replay holds enough samples to start updating (host-side ints only)."""
@@ -60,6 +60,7 @@ class OffPolicyLearner(ABC):
         """
         from unilab.algos.distributed import GradAllReduce, broadcast_, dp_active
         from unilab.algos.replay import ReplayBuffer
+        from unilab.runtime.protocol import transition_shapes
 
         cfg = self.cfg
         self._critic_grad_sync = None
@@ -68,13 +69,9 @@ class OffPolicyLearner(ABC):
             broadcast_(self.actor, self.critic, self.critic_target, self.log_alpha)
             self._critic_grad_sync = GradAllReduce(self.critic.parameters())
             self._actor_grad_sync = GradAllReduce([*self.actor.parameters(), self.log_alpha])
-        vec = lambda dim: ((dim,), torch.float32)  # noqa: E731
-        scalar = ((), torch.float32)
-        self.replay = ReplayBuffer(cfg.replay_capacity, {
-            "obs": vec(self.obs_dim), "critic_obs": vec(self.critic_obs_dim), "action": vec(self.action_dim),
-            "reward": scalar, "next_obs": vec(self.obs_dim), "next_critic_obs": vec(self.critic_obs_dim),
-            "terminated": scalar,
-        }, self.device)
+        shapes = transition_shapes(self.obs_dim, self.critic_obs_dim, self.action_dim)
+        self.replay = ReplayBuffer(cfg.replay_capacity, {k: (shape, torch.float32) for k, shape in shapes.items()},
+                                   self.device)
         self.actor_schedule = [k % cfg.policy_delay == cfg.policy_delay - 1 for k in range(cfg.updates_per_step)]
         self.num_updates = 0  # gradient steps taken, warm-up steps of the graph capture included
         self._chunk = 0  # rows per add(), for ready()

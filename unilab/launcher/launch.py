@@ -8,134 +8,146 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import queue
-import signal
 import socket
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
 from unilab.evidence.manifest import RankEvidence
 from unilab.execution import CudaProcessSharingError, Prerequisite, verify_mps_clients
+from unilab.execution.evidence import CudaProcessSharingEvidence
+from unilab.runtime.protocol import Ready
+from unilab.runtime.spec import RoleSpec
 
 from .child_env import child_device_and_env, environ
 from .prepare import PreparedRun
 from .summary import RunSummary
+from .supervisor import STOP_GRACE_S, Supervisor
 
 EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-STOP_GRACE_S = 10.0
 
 
 @dataclass
-class _State:
-    ready: dict = field(default_factory=dict)  # process name -> (pid, device_type, uuid)
-    verified: bool = False
-    status: str | None = None
-    cause: str | None = None
-    failed_role: str | None = None
-    traceback: str | None = None
-    learner_summary: dict = field(default_factory=dict)
-    stop_deadline: float | None = None
-    interrupted_by: str | None = None
-    terminated: bool = False
-    finished: set = field(default_factory=set)  # learners that delivered their summary
-    notes: list = field(default_factory=list)
+class _Rank:
+    spec: RoleSpec
+    env: dict[str, str]  # the children's environment overrides (MPS variables)
+    evidence: CudaProcessSharingEvidence
+    device: str  # as the launcher names it
+    procs: dict[str, mp.Process]  # role -> process
+    queues: tuple  # Process.start() drops its args: kept alive until the children have unpickled them
 
 
 def launch(prepared: PreparedRun, cfg: DictConfig) -> int:
-    from unilab.runtime.collector import collector_main
-    from unilab.runtime.learner import learner_main
-    from unilab.runtime.spec import RoleSpec
-
     training = prepared.config["training"]
-    devices = prepared.rank_devices or [str(training["device"])]
-    evidences = prepared.rank_evidence or [prepared.manifest.cuda_process_sharing]
-    world_size = len(devices)
     ctx = mp.get_context("spawn")
     to_launcher = ctx.Queue()
     stop_event, go_event = ctx.Event(), ctx.Event()
-    dist_port = _free_port() if world_size > 1 else None
-    procs: dict[str, mp.Process] = {}
-    queues: list = []
-    ranks = []
-    no_mps_dir = None
-    if training.get("block_ambient_mps") and evidences[0].configured != "mps":
-        no_mps_dir = prepared.run_dir / "no_mps_pipe"  # empty: no daemon answers there
-        no_mps_dir.mkdir(exist_ok=True)
-    for rank, (device, evidence) in enumerate(zip(devices, evidences)):
-        child_device, env = child_device_and_env(evidence, device, str(no_mps_dir) if no_mps_dir else None)
-        spec = RoleSpec(
-            run_dir=str(prepared.run_dir),
-            config=prepared.config,
-            device=child_device,
-            rank=rank,
-            world_size=world_size,
-            resume_checkpoint=prepared.resume_checkpoint,
-            stall_timeout_s=float(training["stall_timeout_s"]),
-            startup_timeout_s=float(training["startup_timeout_s"]),
-            replay_slots=int(training["ingress_slots"]),
-            dist_port=dist_port,
-            extra={"tensorboard": bool(training["tensorboard"])},
-        )
-        to_learner, to_collector = ctx.Queue(), ctx.Queue()
-        # Process.start() drops its args: keep the queues alive until the children have unpickled them.
-        queues.extend([to_learner, to_collector])
-        learner = ctx.Process(target=learner_main, name=f"unilab-{spec.name('learner')}",
-                              args=(spec, to_learner, to_collector, to_launcher, stop_event, go_event))
-        collector = ctx.Process(target=collector_main, name=f"unilab-{spec.name('collector')}",
-                                args=(spec, to_collector, to_learner, to_launcher, stop_event))
-        procs[spec.name("learner")], procs[spec.name("collector")] = learner, collector
-        ranks.append((spec, env, evidence, device))
-
-    state = _State()
+    ranks = _create_ranks(prepared, ctx, to_launcher, stop_event, go_event)
+    procs = {r.spec.name(role): p for r in ranks for role, p in r.procs.items()}
+    supervisor = Supervisor([r.spec for r in ranks], procs, to_launcher, stop_event, go_event,
+                            verify=lambda ready: _verify(prepared, ranks, ready))
     started = time.monotonic()
-    previous = _install_signal_handlers(state)
     try:
-        for spec, env, evidence, device in ranks:
-            for role in ("learner", "collector"):
-                # fixed before the child's interpreter starts: before any CUDA init
-                with environ({**env, **prepared.role_mps_env.get(role, {})}):
-                    procs[spec.name(role)].start()
-            mode = f" (MPS, {evidence.gpu_uuid})" if evidence.configured == "mps" else ""
-            print(f"unilab: rank {spec.rank}: learner pid {procs[spec.name('learner')].pid}, collector pid "
-                  f"{procs[spec.name('collector')].pid} on {device}{mode} -> {prepared.run_dir}", file=sys.stderr)
-        _supervise(prepared, ranks, procs, to_launcher, stop_event, go_event, state)
+        with supervisor.signals_caught():
+            _start(prepared, ranks)
+            supervisor.run()
     finally:
-        _restore_signal_handlers(previous)
-        _stop_all(procs)
-    summary = RunSummary(
-        status=state.status or "failed",
-        cause=state.cause or (f"{state.interrupted_by} received" if state.interrupted_by else None),
-        failed_role=state.failed_role,
-        traceback=state.traceback,
-        iterations=state.learner_summary.get("iterations"),
-        env_steps=state.learner_summary.get("env_steps"),
-        wall_s=round(time.monotonic() - started, 3),
-        exit_codes={name: p.exitcode for name, p in procs.items()},
-        final_metrics=state.learner_summary.get("final_metrics") or {},
-        data_parallel=state.learner_summary.get("data_parallel"),
-        notes=state.notes,
-    )
+        supervisor.stop_all()
+    summary = _summary(supervisor, started)
     if summary.status == "completed" and not training.get("no_play", True):
         summary.play = _play(ctx, prepared, ranks[0], float(training["startup_timeout_s"]))
     summary.write(prepared.run_dir)
     print(f"unilab: run {summary.status}{': ' + summary.cause if summary.cause else ''} -> {prepared.run_dir}",
           file=sys.stderr)
-    if state.failed_role == "launcher" and state.cause and state.cause.startswith(Prerequisite.CLIENTS_ATTACHED.value):
+    cause = supervisor.cause
+    if supervisor.failed_role == "launcher" and cause and cause.startswith(Prerequisite.CLIENTS_ATTACHED.value):
         return EXIT_USAGE
     return {"completed": EXIT_COMPLETED, "interrupted": EXIT_INTERRUPTED}.get(summary.status, EXIT_FAILED)
 
 
-def _play(ctx, prepared, rank0, timeout_s: float) -> dict:
+def _create_ranks(prepared: PreparedRun, ctx, to_launcher, stop_event, go_event) -> list[_Rank]:
+    """Each rank's spec, environment and (not yet started) learner and collector processes."""
+    from unilab.runtime.collector import collector_main
+    from unilab.runtime.learner import learner_main
+
+    training = prepared.config["training"]
+    devices = prepared.rank_devices or [str(training["device"])]
+    evidences = prepared.rank_evidence or [prepared.manifest.cuda_process_sharing]
+    dist_port = _free_port() if len(devices) > 1 else None
+    no_mps_dir = None
+    if training.get("block_ambient_mps") and evidences[0].configured != "mps":
+        no_mps_dir = prepared.run_dir / "no_mps_pipe"  # empty: no daemon answers there
+        no_mps_dir.mkdir(exist_ok=True)
+    ranks = []
+    for rank, (device, evidence) in enumerate(zip(devices, evidences)):
+        child_device, env = child_device_and_env(evidence, device, str(no_mps_dir) if no_mps_dir else None)
+        spec = _role_spec(prepared, child_device, rank, len(devices), dist_port)
+        to_learner, to_collector = ctx.Queue(), ctx.Queue()
+        procs = {
+            "learner": ctx.Process(target=learner_main, name=f"unilab-{spec.name('learner')}",
+                                   args=(spec, to_learner, to_collector, to_launcher, stop_event, go_event)),
+            "collector": ctx.Process(target=collector_main, name=f"unilab-{spec.name('collector')}",
+                                     args=(spec, to_collector, to_learner, to_launcher, stop_event)),
+        }
+        ranks.append(_Rank(spec, env, evidence, device, procs, (to_learner, to_collector)))
+    return ranks
+
+
+def _role_spec(prepared: PreparedRun, device: str, rank: int, world_size: int, dist_port: int | None) -> RoleSpec:
+    training = prepared.config["training"]
+    return RoleSpec(
+        run_dir=str(prepared.run_dir),
+        config=prepared.config,
+        device=device,
+        rank=rank,
+        world_size=world_size,
+        resume_checkpoint=prepared.resume_checkpoint,
+        stall_timeout_s=float(training["stall_timeout_s"]),
+        startup_timeout_s=float(training["startup_timeout_s"]),
+        replay_slots=int(training["ingress_slots"]),
+        dist_port=dist_port,
+        extra={"tensorboard": bool(training["tensorboard"])},
+    )
+
+
+def _start(prepared: PreparedRun, ranks: list[_Rank]) -> None:
+    for r in ranks:
+        for role, proc in r.procs.items():
+            # fixed before the child's interpreter starts: before any CUDA init
+            with environ({**r.env, **prepared.role_mps_env.get(role, {})}):
+                proc.start()
+        mode = f" (MPS, {r.evidence.gpu_uuid})" if r.evidence.configured == "mps" else ""
+        print(f"unilab: rank {r.spec.rank}: learner pid {r.procs['learner'].pid}, collector pid "
+              f"{r.procs['collector'].pid} on {r.device}{mode} -> {prepared.run_dir}", file=sys.stderr)
+
+
+def _summary(supervisor: Supervisor, started: float) -> RunSummary:
+    s = supervisor
+    return RunSummary(
+        status=s.status or "failed",
+        cause=s.cause or (f"{s.interrupted_by} received" if s.interrupted_by else None),
+        failed_role=s.failed_role,
+        traceback=s.traceback,
+        iterations=s.learner_summary.get("iterations"),
+        env_steps=s.learner_summary.get("env_steps"),
+        wall_s=round(time.monotonic() - started, 3),
+        exit_codes={name: p.exitcode for name, p in s.procs.items()},
+        final_metrics=s.learner_summary.get("final_metrics") or {},
+        data_parallel=s.learner_summary.get("data_parallel"),
+        notes=s.notes,
+    )
+
+
+def _play(ctx, prepared, rank0: _Rank, timeout_s: float) -> dict:
     """Play the trained policy in a fresh process on rank 0's device and environment (MPS included)."""
     from unilab.runtime.play import describe, play_main
 
-    spec, env, _evidence, _device = rank0
     out = ctx.Queue()
     proc = ctx.Process(target=play_main, name="unilab-play", args=(str(prepared.run_dir), prepared.config,
-                                                                 spec.device, out))
-    with environ(env):
+                                                                 rank0.spec.device, out))
+    with environ(rank0.env):
         proc.start()
     try:
         kind, payload = out.get(timeout=timeout_s)
@@ -152,114 +164,15 @@ def _play(ctx, prepared, rank0, timeout_s: float) -> dict:
     return {"error": payload}
 
 
-def _supervise(prepared, ranks, procs, to_launcher, stop_event, go_event, state: _State) -> None:
-    spec0 = ranks[0][0]
-    startup_deadline = time.monotonic() + spec0.startup_timeout_s
-    while True:
-        if state.interrupted_by and not stop_event.is_set():
-            _fail(state, "interrupted", f"{state.interrupted_by} received", None, None, stop_event)
-        try:
-            msg = to_launcher.get(timeout=0.2)
-        except queue.Empty:
-            msg = None
-        if msg is not None:
-            _handle(msg, prepared, ranks, state, stop_event, go_event, spec0)
-        alive = {name: p.is_alive() for name, p in procs.items()}
-        if not any(alive.values()):
-            _drain(to_launcher, state, spec0)
-            for name, p in procs.items():
-                if p.exitcode in (0, None):
-                    continue
-                if name in state.finished:  # its work and summary were in; only its teardown hung
-                    state.notes.append(f"the {name} had reported its summary but did not exit; it was stopped "
-                                       f"(exit code {p.exitcode})")
-                elif state.status != "failed":
-                    _fail(state, "failed", f"the {name} exited with code {p.exitcode}", name, None, stop_event)
-            if state.status is None:
-                state.status, state.cause = "failed", "the processes ended without a summary"
-            return
-        dead = [name for name, is_alive in alive.items() if not is_alive]
-        if dead and state.stop_deadline is None:
-            crashed = [n for n in dead if procs[n].exitcode not in (0, None) and n not in state.finished]
-            if crashed and state.status is None:
-                _fail(state, "failed", f"the {crashed[0]} exited with code {procs[crashed[0]].exitcode}",
-                      crashed[0], None, stop_event)
-            elif not crashed and all(not alive[n] for n in procs if n.startswith("learner")):
-                # every learner finished: the collectors were told to stop; give them the grace period
-                state.stop_deadline = time.monotonic() + STOP_GRACE_S
-            elif crashed or any(n.startswith("collector") for n in dead):
-                stop_event.set()
-                state.stop_deadline = time.monotonic() + STOP_GRACE_S
-        if not state.verified and time.monotonic() > startup_deadline:
-            _fail(state, "failed", f"start-up took longer than {spec0.startup_timeout_s:g} s", "launcher", None,
-                  stop_event)
-        if state.stop_deadline is not None and time.monotonic() > state.stop_deadline:
-            # First SIGTERM (the children save and stop), then SIGKILL for one stuck in native code.
-            for p in procs.values():
-                if p.is_alive():
-                    p.kill() if state.terminated else p.terminate()
-            state.terminated = True
-            state.stop_deadline = time.monotonic() + STOP_GRACE_S
-
-
-def _handle(msg, prepared, ranks, state: _State, stop_event, go_event, spec0) -> None:
-    kind, name = msg[0], msg[1]
-    if kind == "ready":
-        state.ready[name] = msg[2:]
-        if len(state.ready) == 2 * len(ranks) and not state.verified:
-            error = _verify(prepared, ranks, state)
-            if error is not None:
-                print(error.render(), file=sys.stderr)
-                _fail(state, "failed", f"{error.prerequisite.value}: {error.message}", "launcher", None, stop_event)
-                return
-            state.verified = True
-            go_event.set()
-    elif kind == "error":
-        _fail(state, "failed", f"the {name} raised an exception", name, msg[2], stop_event)
-    elif kind == "finished":
-        _record_finished(state, name, msg[2], spec0)
-
-
-def _record_finished(state: _State, name: str, summary, spec0) -> None:
-    """A child delivered its summary; rank 0's learner summary sets the run's status."""
-    state.finished.add(name)
-    if name == spec0.name("learner"):
-        state.learner_summary = summary or {}
-        if state.status is None:
-            state.status = state.learner_summary.get("status")
-
-
-def _fail(state: _State, status: str, cause: str, role, tb, stop_event) -> None:
-    # The first cause wins; a status reported by the learner itself ("interrupted") gets its cause here.
-    if state.status in (None, "completed") or state.cause is None:
-        state.status, state.cause, state.failed_role = status, cause, role
-    if tb and not state.traceback:
-        state.traceback = tb
-    stop_event.set()
-    if state.stop_deadline is None:
-        state.stop_deadline = time.monotonic() + STOP_GRACE_S
-
-
-def _drain(to_launcher, state: _State, spec0) -> None:
-    while True:
-        try:
-            msg = to_launcher.get_nowait()
-        except (queue.Empty, OSError, ValueError):
-            return
-        if msg[0] == "error" and state.traceback is None:
-            state.traceback = msg[2]
-            state.failed_role = state.failed_role or msg[1]
-        elif msg[0] == "finished":
-            _record_finished(state, msg[1], msg[2], spec0)
-
-
-def _verify(prepared: PreparedRun, ranks, state: _State) -> CudaProcessSharingError | None:
+def _verify(prepared: PreparedRun, ranks: list[_Rank], ready: dict[str, Ready]) -> CudaProcessSharingError | None:
     """Every child has a CUDA context: check the GPU it sees and, under MPS, that it is a client."""
     rank_records = []
     evidences = []
-    for spec, _env, evidence, device in ranks:
+    for r in ranks:
+        spec, evidence, device = r.spec, r.evidence, r.device
         learner, collector = spec.name("learner"), spec.name("collector")
-        (l_pid, _, l_uuid), (c_pid, _, c_uuid) = state.ready[learner], state.ready[collector]
+        lr, cr = ready[learner], ready[collector]
+        l_pid, l_uuid, c_pid, c_uuid = lr.pid, lr.gpu_uuid, cr.pid, cr.gpu_uuid
         record = RankEvidence(rank=spec.rank, device=device, gpu_uuid=evidence.gpu_uuid, learner_pid=l_pid,
                               collector_pid=c_pid, learner_gpu_uuid=l_uuid, collector_gpu_uuid=c_uuid)
         if evidence.configured == "mps":
@@ -336,34 +249,3 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _install_signal_handlers(state: _State):
-    def handler(signum, _frame):
-        state.interrupted_by = signal.Signals(signum).name
-
-    previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            previous[sig] = signal.signal(sig, handler)
-        except ValueError:  # not the main thread (e.g. embedded use): leave signals alone
-            pass
-    return previous
-
-
-def _restore_signal_handlers(previous) -> None:
-    for sig, old in previous.items():
-        signal.signal(sig, old)
-
-
-def _stop_all(procs) -> None:
-    deadline = time.monotonic() + STOP_GRACE_S
-    for p in procs.values():
-        p.join(timeout=max(0.0, deadline - time.monotonic()))
-    for p in procs.values():
-        if p.is_alive():
-            p.terminate()
-            p.join(timeout=5)
-        if p.is_alive():
-            p.kill()
-            p.join(timeout=5)

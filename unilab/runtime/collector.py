@@ -13,145 +13,191 @@ import traceback
 from collections import deque
 
 from .messages import Mailbox, StopRequested, become_child
+from .protocol import (COLLECTOR_INBOX, MAX_TASK_METRICS, Act, Buffers, ChunkReady, Failed, LearnerEvents, Obs,
+                       SlotFree)
 from .spec import RoleSpec, report_ready
+
+TASK_METRIC_GROUPS = ("rew", "term", "metrics")
+SIM_CHECK_EVERY = 25  # chunks between the (synchronising) backend timing read and overflow check
+# The stamps of one tick, in order: the slot write of the current observation and action starts,
+# the env step starts, it ends, the slot write of its results ends.
+TICK_STAMPS = ("write_start", "step_start", "step_end", "write_end")
 
 
 def collector_main(spec: RoleSpec, inbox, to_learner, to_launcher, stop_event) -> None:
     become_child("collector")
     try:
-        _run(spec, Mailbox(spec.name("collector"), inbox, stop_event), to_learner, to_launcher)
+        collector = Collector(spec, Mailbox(spec.name("collector"), inbox, stop_event, COLLECTOR_INBOX), to_learner,
+                              to_launcher)
+        collector.connect()
+        collector.run()
     except StopRequested:
         pass
     except BaseException:
-        to_launcher.put(("error", spec.name("collector"), traceback.format_exc()))
+        to_launcher.put(Failed(spec.name("collector"), traceback.format_exc()))
         raise SystemExit(1)
-    to_launcher.put(("exited", spec.name("collector")))
 
 
-def _run(spec: RoleSpec, mailbox: Mailbox, to_learner, to_launcher) -> None:
-    import torch
-    import torch.multiprocessing  # noqa: F401  (registers CUDA IPC pickling for the queues)
+class Collector:
+    """Construction: the device (reported to the launcher) and the env. `connect` shares the buffers with
+    the learner; `run` collects chunks until told to stop."""
 
-    from unilab.tasks import make_env
+    def __init__(self, spec: RoleSpec, mailbox: Mailbox, to_learner, to_launcher):
+        import torch
+        import torch.multiprocessing  # noqa: F401  (registers CUDA IPC pickling for the queues)
 
-    from .shared import MAX_TASK_METRICS, CrossProcessEvent, Dims, make_slot, share
-    from .timing import Stamp
+        from unilab.tasks import make_env
 
-    device = torch.device(spec.device)
-    if device.type == "cpu":
-        torch.set_num_threads(1)  # learner and collector share the cores; tiny ops lose to thread overhead
-    report_ready(spec.name("collector"), device, to_launcher)
-    torch.manual_seed(spec.seed)
-    env = make_env(spec.config["task"], spec.config["sim"], str(device), spec.seed)
-    k_ticks = int(spec.training["env_steps_per_sync"])
-    dims = Dims(env.num_envs, env.obs_dim, env.critic_obs_dim, env.action_dim, k_ticks)
-    n = dims.num_envs
+        from .shared import Dims
 
-    obs_buf = share(torch.zeros(n, dims.obs_dim, device=device))
-    act_buf = share(torch.zeros(n, dims.action_dim, device=device))
-    slots = [{k: share(v) for k, v in make_slot(dims, device).items()} for _ in range(spec.replay_slots)]
-    obs_ready = CrossProcessEvent(device)
-    slot_ready = [CrossProcessEvent(device) for _ in slots]
-    to_learner.put(("buffers", dims, obs_buf, act_buf, slots,
-                    {"obs_ready": obs_ready.handle(), "slot_ready": [e.handle() for e in slot_ready]}))
-    _, act_handle, free_handles = mailbox.get("learner_events", phase="startup", timeout_s=spec.startup_timeout_s)
-    act_ready = CrossProcessEvent(device, act_handle)
-    slot_free = [CrossProcessEvent(device, h) for h in free_handles]
+        self.torch = torch
+        self.spec = spec
+        self.mailbox = mailbox
+        self.to_learner = to_learner
+        self.timeout = spec.stall_timeout_s
+        self.device = device = torch.device(spec.device)
+        if device.type == "cpu":
+            torch.set_num_threads(1)  # learner and collector share the cores; tiny ops lose to thread overhead
+        report_ready(spec.name("collector"), device, to_launcher)
+        torch.manual_seed(spec.seed)
+        self.env = env = make_env(spec.config["task"], spec.config["sim"], str(device), spec.seed)
+        self.k_ticks = int(spec.training["env_steps_per_sync"])
+        self.dims = Dims(env.num_envs, env.obs_dim, env.critic_obs_dim, env.action_dim, self.k_ticks)
 
-    critic_cur = torch.zeros(n, dims.critic_obs_dim, device=device)
-    ep_return = torch.zeros(n, device=device)
-    ep_length = torch.zeros(n, device=device)
-    obs_buf.copy_(env.reset())
-    critic_cur.copy_(env.critic_obs())
-    obs_ready.record()
-    to_learner.put(("obs", 0))
+    def connect(self) -> None:
+        """Share the observation/action buffers and the replay slots; take the learner's event handles."""
+        from .shared import CrossProcessEvent, make_slot, share
 
-    # Stamps of chunk j are read back two chunks later (no host wait on the hot path).
-    stamp_sets = [[[Stamp(device) for _ in range(4)] for _ in range(k_ticks)] for _ in range(3)]
-    chunk = 0
-    free = deque(range(len(slots)))
-    backpressure = 0
-    task_names = None
-    tick = 0
-    timings: dict[str, float] = {}
-    timeout = spec.stall_timeout_s
-    while True:
-        while (msg := mailbox.poll("free")) is not None:
-            free.append(msg[1])
-        if not free:
-            backpressure += 1
+        torch, device, dims = self.torch, self.device, self.dims
+        self.obs_buf = share(torch.zeros(dims.num_envs, dims.obs_dim, device=device))
+        self.act_buf = share(torch.zeros(dims.num_envs, dims.action_dim, device=device))
+        self.slots = [{k: share(v) for k, v in make_slot(dims, device).items()} for _ in range(self.spec.replay_slots)]
+        self.obs_ready = CrossProcessEvent(device)
+        self.slot_ready = [CrossProcessEvent(device) for _ in self.slots]
+        self.to_learner.put(Buffers(dims, self.obs_buf, self.act_buf, self.slots, self.obs_ready.handle(),
+                                    [e.handle() for e in self.slot_ready]))
+        events = self.mailbox.get(LearnerEvents, phase="startup", timeout_s=self.spec.startup_timeout_s)
+        self.act_ready = CrossProcessEvent(device, events.act_ready)
+        self.slot_free = [CrossProcessEvent(device, h) for h in events.slot_free]
+
+    def run(self) -> None:
+        from .timing import Stamp
+
+        self._reset()
+        # Stamps of chunk j are read back two chunks later (no host wait on the hot path).
+        stamp_sets = [[{name: Stamp(self.device) for name in TICK_STAMPS} for _ in range(self.k_ticks)]
+                      for _ in range(3)]
+        chunk = 0
+        self.free = deque(range(len(self.slots)))
+        self.backpressure = 0
+        self.task_names = None
+        self.timings: dict[str, float] = {}
+        while True:
+            s = self._free_slot()
+            stamps = stamp_sets[chunk % len(stamp_sets)]
+            wait_ms = self._fill(s, stamps)
+            self.slot_ready[s].record()
+            self.timings.update(collector_wait_for_action_ms=wait_ms, ingress_backpressure=float(self.backpressure))
+            self.to_learner.put(ChunkReady(s, dict(self.timings), self.task_names or ()))
+            chunk += 1
+            if chunk >= 2:
+                self.timings.update(_chunk_timings(stamp_sets[(chunk - 2) % len(stamp_sets)], self.timeout))
+            if chunk % SIM_CHECK_EVERY == 2:
+                self.timings.update(_sim_checks(self.env, stamps, self.timeout, self.k_ticks))
+
+    def _reset(self) -> None:
+        """Reset the env and publish the first observation."""
+        torch, n = self.torch, self.dims.num_envs
+        self.critic_cur = torch.zeros(n, self.dims.critic_obs_dim, device=self.device)
+        self.ep_return = torch.zeros(n, device=self.device)
+        self.ep_length = torch.zeros(n, device=self.device)
+        self.obs_buf.copy_(self.env.reset())
+        self.critic_cur.copy_(self.env.critic_obs())
+        self.obs_ready.record()
+        self.to_learner.put(Obs(0))
+        self.tick = 0
+
+    def _free_slot(self) -> int:
+        """The next free replay slot; with none free, wait for the learner (backpressure, counted)."""
+        while (msg := self.mailbox.poll(SlotFree)) is not None:
+            self.free.append(msg.slot)
+        if not self.free:
+            self.backpressure += 1
             t0 = time.perf_counter()
-            free.append(mailbox.get("free", phase="replay ingress: waiting for a free slot", timeout_s=timeout)[1])
-            timings["backpressure_wait_ms"] = 1e3 * (time.perf_counter() - t0)
-        s = free.popleft()
-        slot = slots[s]
-        slot_free[s].wait()  # the learner has finished reading this slot
+            msg = self.mailbox.get(SlotFree, phase="replay ingress: waiting for a free slot", timeout_s=self.timeout)
+            self.free.append(msg.slot)
+            self.timings["backpressure_wait_ms"] = 1e3 * (time.perf_counter() - t0)
+        return self.free.popleft()
+
+    def _fill(self, s: int, stamps: list[dict]) -> float:
+        """One chunk into slot `s`, a tick per learner action; the host time spent waiting for them (ms)."""
+        slot = self.slots[s]
+        self.slot_free[s].wait()  # the learner has finished reading this slot
         slot["episode_stats"].zero_()
         slot["task_metrics"].zero_()
-        stamps = stamp_sets[chunk % len(stamp_sets)]
+        n = self.dims.num_envs
         wait_ms = 0.0
-        for k in range(k_ticks):
-            rows = slice(k * n, (k + 1) * n)
+        for k in range(self.k_ticks):
             t0 = time.perf_counter()
-            mailbox.get("act", phase="waiting for the learner's action", timeout_s=timeout)
+            self.mailbox.get(Act, phase="waiting for the learner's action", timeout_s=self.timeout)
             wait_ms += 1e3 * (time.perf_counter() - t0)
-            act_ready.wait()
-            st = stamps[k]
-            st[0].record()
-            slot["obs"][rows].copy_(obs_buf)
-            slot["critic_obs"][rows].copy_(critic_cur)
-            slot["action"][rows].copy_(act_buf)
-            st[1].record()
-            obs, critic, reward, terminated, truncated, info = env.step(slot["action"][rows])
-            st[2].record()
-            obs_buf.copy_(obs)
-            obs_ready.record()
-            to_learner.put(("obs", tick + 1))
-            slot["reward"][rows].copy_(reward)
-            slot["terminated"][rows].copy_(terminated.float())
-            slot["next_obs"][rows].copy_(info["final_obs"])
-            slot["next_critic_obs"][rows].copy_(info["final_critic_obs"])
-            critic_cur.copy_(critic)
-            done = (terminated | truncated).float()
-            ep_return.add_(reward)
-            ep_length.add_(1.0)
-            slot["episode_stats"].add_(torch.stack([done.sum(), (ep_return * done).sum(), (ep_length * done).sum()]))
-            ep_return.mul_(1.0 - done)
-            ep_length.mul_(1.0 - done)
-            if task_names is None:
-                task_names = tuple(sorted(k for k in info if k.split("/")[0] in TASK_METRIC_GROUPS))
-                task_names = task_names[:MAX_TASK_METRICS]
-            if task_names:
-                values = torch.stack([info[k].float().mean() for k in task_names])
-                slot["task_metrics"][: len(task_names)].add_(values, alpha=1.0 / k_ticks)
-            st[3].record()
-            tick += 1
-        slot_ready[s].record()
-        timings.update(collector_wait_for_action_ms=wait_ms, ingress_backpressure=float(backpressure))
-        to_learner.put(("chunk", s, dict(timings), task_names or ()))
-        chunk += 1
-        if chunk >= 2:
-            timings.update(_chunk_timings(stamp_sets[(chunk - 2) % len(stamp_sets)], timeout))
-        if chunk % SIM_CHECK_EVERY == 2:
-            timings.update(_sim_checks(env, stamps, timeout, k_ticks))
+            self.act_ready.wait()
+            self._tick(slot, slice(k * n, (k + 1) * n), stamps[k])
+        return wait_ms
 
+    def _tick(self, slot: dict, rows: slice, st: dict) -> None:
+        st["write_start"].record()
+        slot["obs"][rows].copy_(self.obs_buf)
+        slot["critic_obs"][rows].copy_(self.critic_cur)
+        slot["action"][rows].copy_(self.act_buf)
+        st["step_start"].record()
+        obs, critic, reward, terminated, truncated, info = self.env.step(slot["action"][rows])
+        st["step_end"].record()
+        self.obs_buf.copy_(obs)
+        self.obs_ready.record()
+        self.to_learner.put(Obs(self.tick + 1))
+        slot["reward"][rows].copy_(reward)
+        slot["terminated"][rows].copy_(terminated.float())
+        slot["next_obs"][rows].copy_(info["final_obs"])
+        slot["next_critic_obs"][rows].copy_(info["final_critic_obs"])
+        self.critic_cur.copy_(critic)
+        self._count_episodes(slot, reward, (terminated | truncated).float())
+        self._add_task_metrics(slot, info)
+        st["write_end"].record()
+        self.tick += 1
 
-TASK_METRIC_GROUPS = ("rew", "term", "metrics")
-SIM_CHECK_EVERY = 25  # chunks between the (synchronising) backend timing read and overflow check
+    def _count_episodes(self, slot: dict, reward, done) -> None:
+        """Finished episodes into the slot's episode_stats (protocol.EPISODE_STATS); their counters restart."""
+        ep_return, ep_length = self.ep_return, self.ep_length
+        ep_return.add_(reward)
+        ep_length.add_(1.0)
+        slot["episode_stats"].add_(self.torch.stack([done.sum(), (ep_return * done).sum(), (ep_length * done).sum()]))
+        ep_return.mul_(1.0 - done)
+        ep_length.mul_(1.0 - done)
+
+    def _add_task_metrics(self, slot: dict, info: dict) -> None:
+        """The chunk mean of each of the env's task terms (named once, from the first step's info)."""
+        if self.task_names is None:
+            names = tuple(sorted(k for k in info if k.split("/")[0] in TASK_METRIC_GROUPS))
+            self.task_names = names[:MAX_TASK_METRICS]
+        if self.task_names:
+            values = self.torch.stack([info[k].float().mean() for k in self.task_names])
+            slot["task_metrics"][: len(self.task_names)].add_(values, alpha=1.0 / self.k_ticks)
 
 
 def _chunk_timings(stamps, timeout: float) -> dict[str, float]:
     """GPU times of a chunk handed over two chunks ago (its work is done; the wait is bounded)."""
-    stamps[-1][3].wait_done(timeout, "collector: finishing an env step")
+    stamps[-1]["write_end"].wait_done(timeout, "collector: finishing an env step")
     return {
-        "collector_env_step_ms": sum(st[1].ms_until(st[2]) for st in stamps),
-        "collector_replay_write_ms": sum(st[0].ms_until(st[1]) + st[2].ms_until(st[3]) for st in stamps),
+        "collector_env_step_ms": sum(st["step_start"].ms_until(st["step_end"]) for st in stamps),
+        "collector_replay_write_ms": sum(st["write_start"].ms_until(st["step_start"])
+                                         + st["step_end"].ms_until(st["write_end"]) for st in stamps),
     }
 
 
 def _sim_checks(env, stamps, timeout: float, k_ticks: int) -> dict[str, float]:
     """Backend physics time of the latest step, and the contact/constraint overflow check."""
-    stamps[-1][3].wait_done(timeout, "collector: finishing an env step")
+    stamps[-1]["write_end"].wait_done(timeout, "collector: finishing an env step")
     overflow = env.backend.check_overflow()  # raises with sim.overflow=error: never a silent overflow
     return {
         "collector_backend_step_ms": float(env.timing.get("backend_ms", 0.0)) * k_ticks,

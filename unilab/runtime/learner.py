@@ -17,28 +17,33 @@ import sys
 import time
 import traceback
 
-from .messages import Mailbox, StopRequested, become_child
 from .gemm_check import check_under_thread_share, weight_products
+from .messages import Mailbox, StopRequested, become_child
+from .protocol import (LEARNER_INBOX, LOSSES, TRANSITION_FIELDS, Act, Buffers, ChunkReady, Failed, Finished,
+                       IterationStats, LearnerEvents, Obs, SlotFree, Stop)
 from .spec import RoleSpec, report_ready
 
 
 def learner_main(spec: RoleSpec, inbox, to_collector, to_launcher, stop_event, go_event) -> None:
+    """The learner role: build the loop, wait for the launcher's go, run, report; then stop the collector."""
     become_child("learner")
+    name = spec.name("learner")
     loop = None
     code = 0
     try:
-        loop = LearnerLoop(spec, Mailbox(spec.name("learner"), inbox, stop_event), to_collector, to_launcher,
-                           go_event)
+        built = LearnerLoop(spec, Mailbox(name, inbox, stop_event, LEARNER_INBOX), to_collector, to_launcher)
+        wait_for_go(go_event, spec.startup_timeout_s)
+        loop = built  # a loop that never got the go has nothing to save and is not closed
         loop.run()
-        to_launcher.put(("finished", spec.name("learner"), loop.summary("completed")))
+        to_launcher.put(Finished(name, loop.summary("completed")))
     except StopRequested:
         # interrupted or a fault elsewhere: keep what was learned
-        to_launcher.put(("finished", spec.name("learner"), loop.save_on_stop() if loop else {}))
+        to_launcher.put(Finished(name, loop.save_on_stop() if loop else {}))
     except BaseException:
-        to_launcher.put(("error", spec.name("learner"), traceback.format_exc()))
+        to_launcher.put(Failed(name, traceback.format_exc()))
         code = 1
     finally:
-        to_collector.put(("stop",))
+        to_collector.put(Stop())
         if loop is not None:
             loop.close()
     if spec.world_size > 1:
@@ -54,17 +59,19 @@ def learner_main(spec: RoleSpec, inbox, to_collector, to_launcher, stop_event, g
         raise SystemExit(code)
 
 
+def wait_for_go(go_event, timeout_s: float) -> None:
+    """Block until the launcher has verified every child (MPS attachment included)."""
+    if not go_event.wait(timeout_s):
+        raise RuntimeError("learner: the launcher never confirmed the start (MPS verification?)")
+
+
 class LearnerLoop:
-    def __init__(self, spec: RoleSpec, mailbox: Mailbox, to_collector, to_launcher, go_event):
+    """Construction connects to the collector and builds the learner (nothing waits for the launcher);
+    `run` trains until `max_iterations`."""
+
+    def __init__(self, spec: RoleSpec, mailbox: Mailbox, to_collector, to_launcher):
         import torch
         import torch.multiprocessing  # noqa: F401  (CUDA IPC pickling for the queues)
-
-        from unilab.algos.base import make_learner
-
-        from .checkpoint import load_checkpoint
-        from .metrics import MetricsWriter
-        from .shared import MAX_TASK_METRICS, CrossProcessEvent
-        from .timing import Stamp
 
         self.torch = torch
         self.spec = spec
@@ -78,17 +85,31 @@ class LearnerLoop:
         if spec.world_size > 1:
             _join_process_group(spec, device)
         torch.manual_seed(spec.seed)
-        _, dims, self.obs_buf, self.act_buf, self.slots, handles = mailbox.get(
-            "buffers", phase="startup: waiting for the collector's environment", timeout_s=spec.startup_timeout_s
-        )
-        self.dims = dims
-        self.obs_ready = CrossProcessEvent(device, handles["obs_ready"])
-        self.slot_ready = [CrossProcessEvent(device, h) for h in handles["slot_ready"]]
+        self._connect()
+        self._build_learner()
+        self._init_bookkeeping()
+
+    def _connect(self) -> None:
+        """Map the collector's buffers and events; send the learner's event handles."""
+        from .shared import CrossProcessEvent
+
+        device = self.device
+        buffers = self.mailbox.get(Buffers, phase="startup: waiting for the collector's environment",
+                                   timeout_s=self.spec.startup_timeout_s)
+        self.dims, self.obs_buf, self.act_buf, self.slots = buffers.dims, buffers.obs, buffers.act, buffers.slots
+        self.obs_ready = CrossProcessEvent(device, buffers.obs_ready)
+        self.slot_ready = [CrossProcessEvent(device, h) for h in buffers.slot_ready]
         self.act_ready = CrossProcessEvent(device)
         self.slot_free = [CrossProcessEvent(device) for _ in self.slots]
-        to_collector.put(("learner_events", self.act_ready.handle(), [e.handle() for e in self.slot_free]))
+        self.to_collector.put(LearnerEvents(self.act_ready.handle(), [e.handle() for e in self.slot_free]))
 
-        algo = spec.algo
+    def _build_learner(self) -> None:
+        """The algorithm's learner (checked under the MPS thread share), restored when resuming."""
+        from unilab.algos.base import make_learner
+
+        from .checkpoint import load_checkpoint
+
+        spec, dims, device, algo = self.spec, self.dims, self.device, self.spec.algo
         self.learner = make_learner(_attrs(algo), dims.obs_dim, dims.critic_obs_dim, dims.action_dim, device,
                                     spec.seed)
         batch = int(algo["batch_size"])  # FlashSAC's critics see the batch and its successors stacked: 2x
@@ -111,6 +132,13 @@ class LearnerLoop:
             self.min_replay_to_update = int(self.learner.replay.capacity * fraction)
         # Compile the acting policy (if the algo compiles) now, not at the first trained tick's deadline.
         self.learner.act(self.obs_buf)
+
+    def _init_bookkeeping(self) -> None:
+        """Run settings, the metrics writer, the streams and the rings of stamps and host statistics."""
+        from .metrics import MetricsWriter
+        from .timing import Stamp
+
+        torch, spec, device, algo = self.torch, self.spec, self.device, self.spec.algo
         self.segment_start = self.iteration
         self.max_iterations = int(algo["max_iterations"])
         self.save_interval = int(algo["save_interval"])
@@ -131,12 +159,10 @@ class LearnerLoop:
                        for _ in range(ring)]
         self.published = [Stamp(device) for _ in range(ring)]
         self.last_published = None
-        self.host_stats = [torch.zeros(8 + MAX_TASK_METRICS, pin_memory=cuda) for _ in range(ring)]
+        self.host_stats = [torch.zeros(IterationStats.SIZE, pin_memory=cuda) for _ in range(ring)]
         self.pending: list[dict] = []
-        self._flags = torch.tensor([[1.0, 0.0], [0.0, 0.0]], device=device)
-        self._nan3 = torch.full((3,), float("nan"), device=device)
-        if not go_event.wait(spec.startup_timeout_s):
-            raise RuntimeError("learner: the launcher never confirmed the start (MPS verification?)")
+        self._flags = torch.tensor([[1.0, 0.0], [0.0, 0.0]], device=device)  # rows: IterationStats `trained`
+        self._nan3 = torch.full((len(LOSSES),), float("nan"), device=device)
 
     def _stream(self, stream):
         import contextlib
@@ -154,7 +180,7 @@ class LearnerLoop:
             wait_ms = 0.0
             for k in range(k_ticks):
                 t0 = time.perf_counter()
-                self.mailbox.get("obs", phase="waiting for the collector's observation", timeout_s=timeout)
+                self.mailbox.get(Obs, phase="waiting for the collector's observation", timeout_s=timeout)
                 wait_ms += 1e3 * (time.perf_counter() - t0)
                 with self._stream(self.inf_stream):
                     self.obs_ready.wait(self.inf_stream)
@@ -170,14 +196,13 @@ class LearnerLoop:
                     self.act_ready.record(self.inf_stream)
                     if k == k_ticks - 1:
                         st["inf_end"].record(self.inf_stream)
-                self.to_collector.put(("act", tick))
+                self.to_collector.put(Act(tick))
                 tick += 1
-            _, s, collector_timings, task_names = self.mailbox.get(
-                "chunk", phase="waiting for the replay slot", timeout_s=timeout)
-            self._update_phase(s, st)
+            chunk = self.mailbox.get(ChunkReady, phase="waiting for the replay slot", timeout_s=timeout)
+            self._update_phase(chunk.slot, st)
             self.env_steps += self.dims.num_envs * k_ticks
             self.pending.append({"iteration": self.iteration, "env_steps": self.env_steps, "wait_ms": wait_ms,
-                                 "collector": collector_timings, "t_iter": t_iter, "task_names": task_names,
+                                 "collector": chunk.timings, "t_iter": t_iter, "task_names": chunk.task_names,
                                  "replay_size": self.learner.replay.size})
             while len(self.pending) > self.lag:
                 self._log_oldest(timeout)
@@ -205,11 +230,11 @@ class LearnerLoop:
             self.last_published = published
             self.slot_ready[s].wait(self.upd_stream)
             st["train_start"].record(self.upd_stream)
-            self.learner.add({k: slot[k] for k in ("obs", "critic_obs", "action", "reward", "next_obs",
-                                                   "next_critic_obs", "terminated")})
-            stats = torch.cat([slot["episode_stats"], slot["task_metrics"]])
+            self.learner.add({k: slot[k] for k in TRANSITION_FIELDS})
+            # copied before the slot is handed back to the collector
+            slot_stats = torch.cat([slot["episode_stats"], slot["task_metrics"]])
             self.slot_free[s].record(self.upd_stream)
-            self.to_collector.put(("free", s))
+            self.to_collector.put(SlotFree(s))
             losses = None
             if (self.learner.ready() and self.iteration - self.segment_start >= self.learning_starts
                     and self.learner.replay.size >= self.min_replay_to_update):
@@ -219,7 +244,7 @@ class LearnerLoop:
             host = self.host_stats[self.iteration % len(self.host_stats)]
             # Constant tensors live on the device already: a host->device copy here would sync.
             trained = self._flags[0] if losses is not None else self._flags[1]
-            packed = torch.cat([stats[:3], losses if losses is not None else self._nan3, trained, stats[3:]])
+            packed = IterationStats.pack(slot_stats, losses if losses is not None else self._nan3, trained)
             host.copy_(packed, non_blocking=True)
             st["train_end"].record(self.upd_stream)
 
@@ -229,13 +254,12 @@ class LearnerLoop:
         i = p["iteration"]
         st = self.stamps[i % len(self.stamps)]
         st["train_end"].wait_done(timeout, "learner: update phase")
-        stats = self.host_stats[i % len(self.host_stats)].tolist()
-        count, ret_sum, len_sum, critic_loss, actor_loss, alpha, trained, _ = stats[:8]
-        task_terms = dict(zip(p["task_names"], stats[8:]))
+        stats = IterationStats.unpack(self.host_stats[i % len(self.host_stats)].tolist())
+        count = stats.episodes_finished
         # Wall time between the starts of consecutive iterations (the last one has no successor).
         nxt = self.pending[0]["t_iter"] if self.pending else None
         iteration_ms = 1e3 * (nxt - p["t_iter"]) if nxt is not None else None
-        if trained and self.nan_guard and not all(map(math.isfinite, (critic_loss, actor_loss, alpha))):
+        if stats.trained and self.nan_guard and not all(map(math.isfinite, stats.losses)):
             self.nan_trips += 1
             if self.nan_trips >= 3:
                 raise FloatingPointError(f"nan guard: non-finite losses in 3 update phases (iteration {i})")
@@ -247,15 +271,15 @@ class LearnerLoop:
             "learner_wait_for_collector_ms": p["wait_ms"],
             "learner_inference_ms": st["inf_start"].ms_until(st["inf_end"]),
             "replay_size": p["replay_size"],
-            "episode_return": ret_sum / count if count else None,
-            "episode_length": len_sum / count if count else None,
+            "episode_return": stats.return_sum / count if count else None,
+            "episode_length": stats.length_sum / count if count else None,
             "episodes_finished": count,
-            "critic_loss": critic_loss if trained else None,
-            "actor_loss": actor_loss if trained else None,
-            "alpha": alpha if trained else None,
+            "critic_loss": stats.critic_loss if stats.trained else None,
+            "actor_loss": stats.actor_loss if stats.trained else None,
+            "alpha": stats.alpha if stats.trained else None,
             "nan_guard_trips": self.nan_trips,
             **p["collector"],
-            **task_terms,
+            **stats.task_terms(p["task_names"]),
         }
         self.last_row = self.metrics.write(i, p["env_steps"], values, max_iterations=self.max_iterations)
 

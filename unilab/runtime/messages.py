@@ -1,7 +1,8 @@
 """Host-side signalling between the launcher, the learner and the collector.
 
 Every wait is bounded: a phase that does not progress within its timeout raises a StallError
-naming the phase, instead of hanging both processes.
+naming the phase, instead of hanging both processes. The messages themselves are listed in
+`protocol`; one that its receiver does not take raises a ProtocolError at once.
 """
 
 from __future__ import annotations
@@ -12,7 +13,11 @@ import signal
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+from .protocol import ProtocolError, Stop
+
+M = TypeVar("M")
 
 
 class StallError(RuntimeError):
@@ -41,16 +46,22 @@ def _on_sigterm(signum, frame) -> None:
 
 @dataclass
 class Mailbox:
-    """One inbound queue; messages are (kind, *payload) tuples, kept per kind until asked for."""
+    """One inbound queue of protocol messages, kept per type until asked for.
+
+    `accepts` lists the message types this inbox takes (besides `Stop`, which every child understands):
+    waiting for another type, or receiving one, raises ProtocolError at once instead of stalling.
+    """
 
     role: str
     inbox: Any
     stop_event: Any
+    accepts: tuple[type, ...]
     parent_pid: int = field(default_factory=os.getppid)
     _pending: dict = field(default_factory=lambda: defaultdict(deque))
 
-    def get(self, kind: str, *, phase: str, timeout_s: float) -> tuple:
-        if self._pending["stop"] or _terminate_requested or self.stop_event.is_set():
+    def get(self, kind: type[M], *, phase: str, timeout_s: float) -> M:
+        self._check_kind(kind)
+        if self._pending[Stop] or _terminate_requested or self.stop_event.is_set():
             raise StopRequested()
         pending = self._pending[kind]
         if pending:
@@ -67,14 +78,15 @@ class Mailbox:
                 if time.monotonic() >= deadline:
                     raise StallError(self.role, phase, timeout_s) from None
                 continue
-            if msg[0] == kind:
+            if type(msg) is kind:
                 return msg
-            if msg[0] == "stop":
+            if type(msg) is Stop:
                 raise StopRequested()
-            self._pending[msg[0]].append(msg)
+            self._keep(msg)
 
-    def poll(self, kind: str) -> tuple | None:
-        """A message of `kind` if one has arrived, without waiting."""
+    def poll(self, kind: type[M]) -> M | None:
+        """A message of type `kind` if one has arrived, without waiting."""
+        self._check_kind(kind)
         self._drain()
         pending = self._pending[kind]
         return pending.popleft() if pending else None
@@ -85,7 +97,22 @@ class Mailbox:
                 msg = self.inbox.get_nowait()
             except queue.Empty:
                 return
-            self._pending[msg[0]].append(msg)
+            self._keep(msg)
+
+    def _keep(self, msg) -> None:
+        if type(msg) not in self.accepts and type(msg) is not Stop:
+            raise ProtocolError(f"{self.role}: received a {type(msg).__name__}, which it does not take "
+                                f"(it takes {_names(self.accepts)})")
+        self._pending[type(msg)].append(msg)
+
+    def _check_kind(self, kind: type) -> None:
+        if kind not in self.accepts:
+            raise ProtocolError(f"{self.role}: waits for {getattr(kind, '__name__', kind)!s}, which is never sent "
+                                f"to it (it takes {_names(self.accepts)})")
+
+
+def _names(kinds) -> str:
+    return ", ".join(k.__name__ for k in kinds)
 
 
 def become_child(role: str) -> None:

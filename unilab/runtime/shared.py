@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-MAX_TASK_METRICS = 48  # per-chunk means of the env's rew/*, term/* and metrics/* terms
-SLOT_FIELDS = ("obs", "critic_obs", "action", "reward", "next_obs", "next_critic_obs", "terminated")
+from .protocol import EPISODE_STATS, MAX_TASK_METRICS, transition_shapes
 
 
 @dataclass
@@ -28,18 +27,10 @@ class Dims:
 def make_slot(d: Dims, device: torch.device) -> dict[str, torch.Tensor]:
     rows = d.num_envs * d.ticks_per_slot
     z = lambda *shape: torch.zeros(*shape, device=device)  # noqa: E731
-    slot = {
-        "obs": z(rows, d.obs_dim),
-        "critic_obs": z(rows, d.critic_obs_dim),
-        "action": z(rows, d.action_dim),
-        "reward": z(rows),
-        "next_obs": z(rows, d.obs_dim),
-        "next_critic_obs": z(rows, d.critic_obs_dim),
-        "terminated": z(rows),
-        # finished episodes in this chunk: count, sum of returns, sum of lengths
-        "episode_stats": z(3),
-        "task_metrics": z(MAX_TASK_METRICS),
-    }
+    slot = {name: z(rows, *shape) for name, shape in transition_shapes(d.obs_dim, d.critic_obs_dim,
+                                                                         d.action_dim).items()}
+    slot["episode_stats"] = z(len(EPISODE_STATS))  # finished episodes in this chunk: protocol.EPISODE_STATS
+    slot["task_metrics"] = z(MAX_TASK_METRICS)
     return slot
 
 

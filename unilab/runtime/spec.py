@@ -51,9 +51,11 @@ def report_ready(name: str, device, to_launcher) -> None:
 
     import torch
 
+    from .protocol import Ready
+
     uuid = None
     if device.type == "cuda":
         torch.cuda.set_device(device)
         torch.zeros(1, device=device)  # the context exists from here on
         uuid = "GPU-" + str(torch.cuda.get_device_properties(device).uuid)
-    to_launcher.put(("ready", name, os.getpid(), device.type, uuid))
+    to_launcher.put(Ready(name, os.getpid(), device.type, uuid))

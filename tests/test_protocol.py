@@ -1,0 +1,180 @@
+"""The runtime protocol: typed messages, inboxes keyed by message type, the per-iteration stats layout."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+import threading
+import time
+
+import pytest
+import torch
+
+from unilab.runtime.messages import Mailbox, StallError, StopRequested
+from unilab.runtime.protocol import (COLLECTOR_INBOX, EPISODE_STATS, LAUNCHER_INBOX, LEARNER_INBOX, LOSSES,
+                                     MAX_TASK_METRICS, TRANSITION_FIELDS, Act, Buffers, ChunkReady, Failed, Finished,
+                                     IterationStats, LearnerEvents, Obs, ProtocolError, Ready, SlotFree, Stop,
+                                     transition_shapes)
+
+LONG = 120.0  # a stall timeout the tests must never wait for
+
+
+def mailbox(accepts, *messages) -> Mailbox:
+    inbox = queue.Queue()
+    for msg in messages:
+        inbox.put(msg)
+    return Mailbox("learner", inbox, threading.Event(), accepts)
+
+
+def test_every_message_type_belongs_to_exactly_one_inbox():
+    inboxes = [LAUNCHER_INBOX, LEARNER_INBOX, COLLECTOR_INBOX]
+    kinds = [kind for inbox in inboxes for kind in inbox]
+    assert len(kinds) == len(set(kinds)) == 9 and Stop not in kinds  # Stop: understood by every child
+
+
+def test_a_message_the_inbox_does_not_take_is_an_error_at_once():
+    box = mailbox(LEARNER_INBOX, Act(0))  # a collector's message in the learner's inbox
+    start = time.monotonic()
+    with pytest.raises(ProtocolError, match="learner: received a Act"):
+        box.get(Obs, phase="waiting for the collector's observation", timeout_s=LONG)
+    assert time.monotonic() - start < 5
+    with pytest.raises(ProtocolError):
+        mailbox(COLLECTOR_INBOX, ("free", 1)).poll(SlotFree)  # an untyped tuple is no message either
+
+
+def test_waiting_for_a_type_never_sent_to_the_inbox_is_an_error_at_once():
+    start = time.monotonic()
+    with pytest.raises(ProtocolError, match="waits for Act, which is never sent to it"):
+        mailbox(LEARNER_INBOX).get(Act, phase="p", timeout_s=LONG)
+    with pytest.raises(ProtocolError):
+        mailbox(COLLECTOR_INBOX).poll(Obs)
+    assert time.monotonic() - start < 5
+
+
+def test_messages_wait_by_type_until_asked_for():
+    chunk = ChunkReady(2, {"collector_env_step_ms": 1.0}, ("rew/a",))
+    box = mailbox(LEARNER_INBOX, chunk, Obs(7), Obs(8))
+    assert box.get(Obs, phase="p", timeout_s=LONG) == Obs(7)
+    assert box.get(ChunkReady, phase="p", timeout_s=LONG) is chunk
+    assert box.poll(Obs) == Obs(8) and box.poll(Obs) is None
+
+
+def test_stop_and_stall():
+    with pytest.raises(StopRequested):
+        mailbox(COLLECTOR_INBOX, Stop()).get(Act, phase="p", timeout_s=LONG)
+    box = mailbox(COLLECTOR_INBOX, Stop())
+    assert box.poll(SlotFree) is None  # a polled Stop is kept: the next wait stops
+    with pytest.raises(StopRequested):
+        box.get(Act, phase="p", timeout_s=LONG)
+    with pytest.raises(StallError, match="no progress in phase 'waiting for the learner's action'"):
+        mailbox(COLLECTOR_INBOX).get(Act, phase="waiting for the learner's action", timeout_s=0.3)
+
+
+def test_messages_cross_a_process_queue():
+    """Every message pickles through a multiprocessing queue (Buffers with shared-memory tensors)."""
+    import torch.multiprocessing  # noqa: F401  (tensor reductions for the queues)
+
+    from unilab.runtime.shared import Dims, make_slot, share
+
+    dims = Dims(num_envs=2, obs_dim=3, critic_obs_dim=4, action_dim=1, ticks_per_slot=2)
+    obs = share(torch.arange(6.0).reshape(2, 3))
+    slots = [{k: share(v) for k, v in make_slot(dims, torch.device("cpu")).items()}]
+    messages = [Ready("learner", 11, "cpu", None), Failed("collector", "Traceback ..."),
+                Finished("learner", {"status": "completed"}), Obs(3), Act(3), SlotFree(1), Stop(),
+                ChunkReady(0, {"ingress_backpressure": 0.0}, ("rew/a",)), LearnerEvents(None, [None]),
+                Buffers(dims, obs, share(torch.zeros(2, 1)), slots, None, [None])]
+    q = mp.get_context("spawn").Queue()
+    for msg in messages:
+        q.put(msg)
+    received = [q.get(timeout=30) for _ in messages]
+    for sent, got in zip(messages[:-1], received[:-1]):
+        assert got == sent and type(got) is type(sent)
+    buffers = received[-1]
+    assert buffers.dims == dims and torch.equal(buffers.obs, obs)
+    assert list(buffers.slots[0]) == [*TRANSITION_FIELDS, "episode_stats", "task_metrics"]
+
+
+def test_transition_fields_shape_the_slots_and_the_replay():
+    from unilab.runtime.shared import Dims, make_slot
+
+    shapes = transition_shapes(obs_dim=5, critic_obs_dim=6, action_dim=2)
+    assert tuple(shapes) == TRANSITION_FIELDS
+    slot = make_slot(Dims(num_envs=3, obs_dim=5, critic_obs_dim=6, action_dim=2, ticks_per_slot=4),
+                     torch.device("cpu"))
+    for name, shape in shapes.items():
+        assert slot[name].shape == (12, *shape), name
+    assert slot["episode_stats"].shape == (len(EPISODE_STATS),) and slot["task_metrics"].shape == (MAX_TASK_METRICS,)
+
+
+def test_iteration_stats_round_trip_by_name():
+    episode_stats = torch.tensor([2.0, 30.0, 40.0])  # 2 episodes, returns summed to 30, lengths to 40
+    task_metrics = torch.zeros(MAX_TASK_METRICS)
+    task_metrics[:2] = torch.tensor([0.5, -1.5])
+    slot_stats = torch.cat([episode_stats, task_metrics])
+    flags = torch.tensor([[1.0, 0.0], [0.0, 0.0]])
+    row = IterationStats.pack(slot_stats, torch.tensor([0.25, -0.75, 0.125]), flags[0])
+    assert row.shape == (IterationStats.SIZE,)
+    stats = IterationStats.unpack(row.tolist())
+    assert (stats.episodes_finished, stats.return_sum, stats.length_sum) == (2.0, 30.0, 40.0)
+    assert (stats.critic_loss, stats.actor_loss, stats.alpha) == stats.losses == (0.25, -0.75, 0.125)
+    assert stats.trained is True
+    assert stats.task_terms(("rew/a", "metrics/b")) == {"rew/a": 0.5, "metrics/b": -1.5}
+    assert len(stats.losses) == len(LOSSES)
+
+    untrained = IterationStats.unpack(IterationStats.pack(slot_stats, torch.full((3,), float("nan")), flags[1]).tolist())
+    assert untrained.trained is False and untrained.episodes_finished == 2.0
+
+
+# ---------------------------------------------------------------- the launcher's side
+
+
+class _Alive:
+    exitcode = None
+
+    def is_alive(self) -> bool:
+        return True
+
+
+class _Spec:
+    startup_timeout_s = 60.0
+
+    def __init__(self, rank: int = 0):
+        self.rank = rank
+
+    def name(self, role: str) -> str:
+        return f"{role}[{self.rank}]"
+
+
+def supervisor(verify=None):
+    from unilab.launcher.supervisor import Supervisor
+
+    procs = {"learner[0]": _Alive(), "collector[0]": _Alive()}
+    return Supervisor([_Spec()], procs, queue.Queue(), threading.Event(), threading.Event(), verify=verify)
+
+
+def test_the_launcher_goes_once_every_child_is_ready_and_verified():
+    seen = []
+    sup = supervisor(verify=lambda ready: seen.append(dict(ready)))
+    sup.handle(Ready("learner[0]", 101, "cpu", None))
+    assert not sup.go_event.is_set() and not seen
+    sup.handle(Ready("collector[0]", 102, "cpu", None))
+    assert sup.verified and sup.go_event.is_set()
+    assert {name: msg.pid for name, msg in seen[0].items()} == {"learner[0]": 101, "collector[0]": 102}
+
+
+def test_a_child_failure_and_an_unknown_message_stop_the_run():
+    sup = supervisor()
+    sup.handle(Failed("collector[0]", "Traceback: SimOverflowError"))
+    assert (sup.status, sup.failed_role, sup.traceback) == ("failed", "collector[0]", "Traceback: SimOverflowError")
+    assert sup.stop_event.is_set() and sup.stop_deadline is not None
+
+    sup = supervisor()
+    sup.handle(("exited", "collector[0]"))  # not a launcher message: a clear failure, not silence
+    assert sup.status == "failed" and sup.failed_role == "launcher" and "protocol error" in sup.cause
+    assert sup.stop_event.is_set()
+
+
+def test_rank_zero_learner_summary_sets_the_status():
+    sup = supervisor()
+    sup.handle(Finished("learner[0]", {"status": "completed", "iterations": 3}))
+    assert sup.status == "completed" and sup.learner_summary["iterations"] == 3 and "learner[0]" in sup.finished

@@ -1,0 +1,202 @@
+"""The launcher's supervisor: one run's children, from their start to their end.
+
+The run moves through these states:
+  starting  every child reports `Ready`; once all have, `verify` runs and the go event is set
+  running   until the learners finish, or a fault: a `Failed` message, a child that exits with an
+            error, start-up past its timeout, SIGINT/SIGTERM to the launcher
+  stopping  the stop event is set; after STOP_GRACE_S the children still alive get SIGTERM (they
+            save and stop), STOP_GRACE_S later SIGKILL (one stuck in native code)
+  ended     every child has exited; what they had still queued is read
+The first fault names the run's cause; otherwise rank 0's learner summary sets its status.
+"""
+
+from __future__ import annotations
+
+import queue
+import signal
+import sys
+import time
+from contextlib import contextmanager
+from typing import Any, Callable
+
+from unilab.runtime.protocol import Failed, Finished, Ready
+
+STOP_GRACE_S = 10.0
+
+
+class Supervisor:
+    def __init__(self, specs: list, procs: dict[str, Any], inbox, stop_event, go_event,
+                 verify: Callable[[dict[str, Ready]], Any]):
+        self.specs = specs  # one RoleSpec per rank
+        self.procs = procs  # process name -> process
+        self.inbox = inbox
+        self.stop_event = stop_event
+        self.go_event = go_event
+        self.verify = verify  # every child's Ready -> a CudaProcessSharingError, or None to go
+        self.ready: dict[str, Ready] = {}
+        self.verified = False
+        self.status: str | None = None
+        self.cause: str | None = None
+        self.failed_role: str | None = None
+        self.traceback: str | None = None
+        self.learner_summary: dict = {}
+        self.stop_deadline: float | None = None
+        self.interrupted_by: str | None = None
+        self.terminated = False
+        self.finished: set[str] = set()  # learners that delivered their summary
+        self.notes: list[str] = []
+
+    # ---------------------------------------------------------------- the loop
+
+    def run(self) -> None:
+        """Supervise until every child has exited."""
+        startup_deadline = time.monotonic() + self.specs[0].startup_timeout_s
+        while True:
+            if self.interrupted_by and not self.stop_event.is_set():
+                self.fail("interrupted", f"{self.interrupted_by} received")
+            self._receive()
+            alive = {name: p.is_alive() for name, p in self.procs.items()}
+            if not any(alive.values()):
+                self._conclude()
+                return
+            self._on_exits(alive)
+            if not self.verified and time.monotonic() > startup_deadline:
+                self.fail("failed", f"start-up took longer than {self.specs[0].startup_timeout_s:g} s", "launcher")
+            self._escalate()
+
+    def _receive(self) -> None:
+        try:
+            msg = self.inbox.get(timeout=0.2)
+        except queue.Empty:
+            return
+        self.handle(msg)
+
+    def _on_exits(self, alive: dict[str, bool]) -> None:
+        """Some children have exited, not all: a crash is a fault; a collector gone on its own stops the run."""
+        dead = [name for name, is_alive in alive.items() if not is_alive]
+        if not dead or self.stop_deadline is not None:
+            return
+        crashed = [n for n in dead if self.procs[n].exitcode not in (0, None) and n not in self.finished]
+        if crashed and self.status is None:
+            self.fail("failed", f"the {crashed[0]} exited with code {self.procs[crashed[0]].exitcode}", crashed[0])
+        elif not crashed and all(not alive[n] for n in self.procs if n.startswith("learner")):
+            # every learner finished: the collectors were told to stop; give them the grace period
+            self.stop_deadline = time.monotonic() + STOP_GRACE_S
+        elif crashed or any(n.startswith("collector") for n in dead):
+            self.stop_event.set()
+            self.stop_deadline = time.monotonic() + STOP_GRACE_S
+
+    def _escalate(self) -> None:
+        """Past the stop deadline: first SIGTERM (the children save and stop), then SIGKILL for one stuck in
+        native code."""
+        if self.stop_deadline is None or time.monotonic() <= self.stop_deadline:
+            return
+        for p in self.procs.values():
+            if p.is_alive():
+                p.kill() if self.terminated else p.terminate()
+        self.terminated = True
+        self.stop_deadline = time.monotonic() + STOP_GRACE_S
+
+    def _conclude(self) -> None:
+        """Every child has exited: read what is left, judge the exit codes."""
+        self.drain()
+        for name, p in self.procs.items():
+            if p.exitcode in (0, None):
+                continue
+            if name in self.finished:  # its work and summary were in; only its teardown hung
+                self.notes.append(f"the {name} had reported its summary but did not exit; it was stopped "
+                                  f"(exit code {p.exitcode})")
+            elif self.status != "failed":
+                self.fail("failed", f"the {name} exited with code {p.exitcode}", name)
+        if self.status is None:
+            self.status, self.cause = "failed", "the processes ended without a summary"
+
+    # ---------------------------------------------------------------- messages
+
+    def handle(self, msg) -> None:
+        if isinstance(msg, Ready):
+            self._on_ready(msg)
+        elif isinstance(msg, Failed):
+            self.fail("failed", f"the {msg.name} raised an exception", msg.name, msg.traceback)
+        elif isinstance(msg, Finished):
+            self.record_finished(msg)
+        else:
+            self.fail("failed", f"protocol error: the launcher received a {type(msg).__name__}, which it does "
+                      "not take", "launcher")
+
+    def _on_ready(self, msg: Ready) -> None:
+        self.ready[msg.name] = msg
+        if len(self.ready) == 2 * len(self.specs) and not self.verified:
+            error = self.verify(self.ready)
+            if error is not None:
+                print(error.render(), file=sys.stderr)
+                self.fail("failed", f"{error.prerequisite.value}: {error.message}", "launcher")
+                return
+            self.verified = True
+            self.go_event.set()
+
+    def record_finished(self, msg: Finished) -> None:
+        """A child delivered its summary; rank 0's learner summary sets the run's status."""
+        self.finished.add(msg.name)
+        if msg.name == self.specs[0].name("learner"):
+            self.learner_summary = msg.summary or {}
+            if self.status is None:
+                self.status = self.learner_summary.get("status")
+
+    def drain(self) -> None:
+        """Read what the exited children left queued: a traceback, a summary."""
+        while True:
+            try:
+                msg = self.inbox.get_nowait()
+            except (queue.Empty, OSError, ValueError):
+                return
+            if isinstance(msg, Failed) and self.traceback is None:
+                self.traceback = msg.traceback
+                self.failed_role = self.failed_role or msg.name
+            elif isinstance(msg, Finished):
+                self.record_finished(msg)
+
+    def fail(self, status: str, cause: str, role: str | None = None, traceback: str | None = None) -> None:
+        """Stop the run. The first cause wins; a status reported by the learner itself ("interrupted") gets
+        its cause here."""
+        if self.status in (None, "completed") or self.cause is None:
+            self.status, self.cause, self.failed_role = status, cause, role
+        if traceback and not self.traceback:
+            self.traceback = traceback
+        self.stop_event.set()
+        if self.stop_deadline is None:
+            self.stop_deadline = time.monotonic() + STOP_GRACE_S
+
+    # ---------------------------------------------------------------- signals and the end
+
+    @contextmanager
+    def signals_caught(self):
+        """SIGINT and SIGTERM to the launcher stop the run (`interrupted_by`) instead of killing it."""
+
+        def handler(signum, _frame):
+            self.interrupted_by = signal.Signals(signum).name
+
+        previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                previous[sig] = signal.signal(sig, handler)
+            except ValueError:  # not the main thread (e.g. embedded use): leave signals alone
+                pass
+        try:
+            yield
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+
+    def stop_all(self) -> None:
+        """Join every child; one still running after the grace period is terminated, then killed."""
+        deadline = time.monotonic() + STOP_GRACE_S
+        for p in self.procs.values():
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
+        for p in self.procs.values():
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)

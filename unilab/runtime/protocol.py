@@ -1,0 +1,174 @@
+"""Every message the launcher, the learner and the collector exchange, and the layouts they share.
+
+Queues carry instances of the dataclasses below (picklable; the tensors in `Buffers` travel as CUDA
+IPC handles or shared memory through torch.multiprocessing). Each inbox accepts a fixed set of them
+(`LEARNER_INBOX`, `COLLECTOR_INBOX`, `LAUNCHER_INBOX`): a message of any other type is a protocol
+error at once instead of a wait that stalls. The launching process imports this module, so it must
+not import torch at module level.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+# One transition as the collector writes it into a replay-ingress slot and the learner adds it to its replay.
+TRANSITION_FIELDS = ("obs", "critic_obs", "action", "reward", "next_obs", "next_critic_obs", "terminated")
+MAX_TASK_METRICS = 48  # per-chunk means of the env's rew/*, term/* and metrics/* terms
+
+
+def transition_shapes(obs_dim: int, critic_obs_dim: int, action_dim: int) -> dict[str, tuple[int, ...]]:
+    """The shape of one row of each transition field (() for a scalar), in TRANSITION_FIELDS order."""
+    shapes = ((obs_dim,), (critic_obs_dim,), (action_dim,), (), (obs_dim,), (critic_obs_dim,), ())
+    return dict(zip(TRANSITION_FIELDS, shapes, strict=True))
+
+
+# ---------------------------------------------------------------- children -> launcher
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The child's CUDA context exists (CPU: it has started); the GPU it really sees."""
+
+    name: str
+    pid: int
+    device_type: str
+    gpu_uuid: str | None
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The child raised; it exits with code 1."""
+
+    name: str
+    traceback: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A learner's summary: completed, or interrupted after saving."""
+
+    name: str
+    summary: dict
+
+
+# ---------------------------------------------------------------- collector -> learner
+
+
+@dataclass(frozen=True)
+class Buffers:
+    """The shared observation/action buffers and replay-ingress slots, and the collector's event handles."""
+
+    dims: Any  # shared.Dims
+    obs: Any  # tensor [num_envs, obs_dim]
+    act: Any  # tensor [num_envs, action_dim]
+    slots: list  # dicts of tensors: TRANSITION_FIELDS, episode_stats, task_metrics
+    obs_ready: bytes | None  # interprocess event handles (None on the CPU)
+    slot_ready: list
+
+
+@dataclass(frozen=True)
+class Obs:
+    """The observation of `tick` is in the shared buffer (after the `obs_ready` event)."""
+
+    tick: int
+
+
+@dataclass(frozen=True)
+class ChunkReady:
+    """Replay slot `slot` holds a full chunk (after its `slot_ready` event); the collector's timings so far."""
+
+    slot: int
+    timings: dict
+    task_names: tuple
+
+
+# ---------------------------------------------------------------- learner -> collector
+
+
+@dataclass(frozen=True)
+class LearnerEvents:
+    """The learner's event handles: action published, and each slot read."""
+
+    act_ready: bytes | None
+    slot_free: list
+
+
+@dataclass(frozen=True)
+class Act:
+    """The action for `tick` is in the shared buffer (after the `act_ready` event)."""
+
+    tick: int
+
+
+@dataclass(frozen=True)
+class SlotFree:
+    """The learner has taken slot `slot` (after its `slot_free` event): the collector may refill it."""
+
+    slot: int
+
+
+@dataclass(frozen=True)
+class Stop:
+    """The learner has ended: the collector stops. Every child's mailbox understands it."""
+
+
+LAUNCHER_INBOX = (Ready, Failed, Finished)
+LEARNER_INBOX = (Buffers, Obs, ChunkReady)
+COLLECTOR_INBOX = (LearnerEvents, Act, SlotFree)
+
+
+class ProtocolError(RuntimeError):
+    """A message its receiver does not take, or a wait for one that is never sent to it."""
+
+
+# ---------------------------------------------------------------- per-iteration statistics
+
+
+EPISODE_STATS = ("episodes_finished", "return_sum", "length_sum")  # a slot's "episode_stats", per chunk
+LOSSES = ("critic_loss", "actor_loss", "alpha")
+
+
+@dataclass
+class IterationStats:
+    """One iteration's statistics, packed on the device into one row (a single non-blocking copy to the
+    host, read back iterations later) and unpacked by name.
+
+    Row layout: EPISODE_STATS, LOSSES, `trained` and one pad (a row of the learner's 2-wide flag table,
+    which lives on the device so that no host-to-device copy syncs), then the task metrics.
+    """
+
+    episodes_finished: float
+    return_sum: float
+    length_sum: float
+    critic_loss: float
+    actor_loss: float
+    alpha: float
+    trained: bool
+    task_metrics: list[float]
+
+    TRAINED_AT: ClassVar[int] = len(EPISODE_STATS) + len(LOSSES)
+    TASK_AT: ClassVar[int] = TRAINED_AT + 2
+    SIZE: ClassVar[int] = TASK_AT + MAX_TASK_METRICS
+
+    @classmethod
+    def pack(cls, slot_stats, losses, trained_flag):
+        """The device row. `slot_stats`: a slot's episode_stats then task_metrics (a copy taken before the
+        slot is handed back); `losses`: LOSSES (NaN when no update ran); `trained_flag`: [trained, pad]."""
+        import torch
+
+        n = len(EPISODE_STATS)
+        return torch.cat([slot_stats[:n], losses, trained_flag, slot_stats[n:]])
+
+    @classmethod
+    def unpack(cls, row: list[float]) -> IterationStats:
+        head = dict(zip(EPISODE_STATS + LOSSES, row[: cls.TRAINED_AT], strict=True))
+        return cls(**head, trained=bool(row[cls.TRAINED_AT]), task_metrics=list(row[cls.TASK_AT:]))
+
+    @property
+    def losses(self) -> tuple[float, ...]:
+        return tuple(getattr(self, name) for name in LOSSES)
+
+    def task_terms(self, names) -> dict[str, float]:
+        """The task metrics by name (the collector's `task_names` of that chunk)."""
+        return dict(zip(names, self.task_metrics))
