@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from omegaconf import DictConfig
 
 from unilab.evidence.manifest import RankEvidence
-from unilab.execution import CudaProcessSharingError, Prerequisite, verify_mps_clients
+from unilab.mps import CudaProcessSharingError, Prerequisite, verify_mps_clients
+from unilab.mps.child_env import child_device_and_env, environ
 
-from .child_env import child_device_and_env, environ
 from .prepare import PreparedRun
 from .summary import RunSummary
 

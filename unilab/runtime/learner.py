@@ -18,7 +18,7 @@ import time
 import traceback
 
 from .messages import Mailbox, StopRequested, become_child
-from .gemm_check import check_under_thread_share, weight_products
+from unilab.mps.gemm_check import check_under_thread_share, weight_products
 from .spec import RoleSpec, report_ready
 
 
