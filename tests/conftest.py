@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from fakes import FakeMpsDaemon, FakeNvml, install_fake_control_binary
-from unilab.execution import HostFacts
+from unilab.mps import HostFacts
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ def host(mps_env):
 @pytest.fixture
 def fake_host(monkeypatch, mps_env):
     """The process-wide host facts of a GPU machine with a live (fake) daemon: for code that builds HostFacts()."""
-    import unilab.execution.probe as probe_mod
+    import unilab.mps.probe as probe_mod
 
     monkeypatch.setattr(probe_mod, "SystemNvml", lambda: FakeNvml())
     for key, value in mps_env.items():

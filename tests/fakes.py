@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from unilab.execution.nvml import GpuInfo, NvmlUnavailable
+from unilab.mps.nvml import GpuInfo, NvmlUnavailable
 
 GPU_A = GpuInfo(index=0, uuid="GPU-aaaaaaaa-0000-0000-0000-000000000000", name="Fake H200", mig_enabled=False,
                 compute_mode="DEFAULT")

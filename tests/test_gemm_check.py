@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from unilab.runtime.gemm_check import (
+from unilab.mps.gemm_check import (
     MAX_RELATIVE_ERROR,
     HalfPrecisionGemmError,
     check_half_gemm,
@@ -45,7 +45,7 @@ def test_wrong_products_fail_closed_naming_the_share(kind):
 
 
 def test_only_cuda_processes_with_a_share_are_checked(monkeypatch):
-    import unilab.runtime.gemm_check as gc
+    import unilab.mps.gemm_check as gc
 
     calls = []
     monkeypatch.setattr(gc, "check_half_gemm",

@@ -18,11 +18,11 @@ from fakes_mps_tool import alive, install_fake_mps_tools, kill_started, started_
 
 from unilab.cli.tools import main as tools_main
 from unilab.cli.train import main as train_main
-from unilab.execution.nvml import GpuInfo
-from unilab.mpstool import MpsToolError, ToolHost
-from unilab.mpstool import cli as mps_cli
-from unilab.mpstool.host import resolve_gpu
-from unilab.mpstool.layout import STATE_FILE, default_root, ensure_private_dir
+from unilab.mps import CudaProcessSharingError, HostFacts, MpsToolError, probe_cuda_process_sharing
+from unilab.mps import cli as mps_cli
+from unilab.mps.host import ToolHost, resolve_gpu
+from unilab.mps.layout import STATE_FILE, default_root, ensure_private_dir
+from unilab.mps.nvml import GpuInfo
 
 TESTS = Path(__file__).resolve().parent
 
@@ -33,17 +33,22 @@ class Tool:
     def __init__(self, root: Path):
         self.root = root
         bin_dir = install_fake_mps_tools(root / "tbin")
-        (root / "xdg").mkdir(mode=0o700)
+        self.tmp = root / "tmp"  # stands for /tmp
+        self.tmp.mkdir()
         self.env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-                    "XDG_RUNTIME_DIR": str(root / "xdg"), "FAKE_SMI_LOG": str(root / "smi.log")}
+                    "FAKE_SMI_LOG": str(root / "smi.log")}
         self.nvml = FakeNvml()
         self.root_user = False
 
     def host(self) -> ToolHost:
-        return ToolHost(env=dict(self.env), nvml=self.nvml, is_root=lambda: self.root_user)
+        return ToolHost(env=dict(self.env), nvml=self.nvml, is_root=lambda: self.root_user, tmp=self.tmp)
+
+    @property
+    def mps_root(self) -> Path:
+        return self.tmp / f"unilab-mps-{os.geteuid()}"
 
     def base(self, gpu: GpuInfo = GPU_A) -> Path:
-        return self.root / "xdg" / "unilab-mps" / gpu.uuid
+        return self.mps_root / gpu.uuid
 
     def state(self, gpu: GpuInfo = GPU_A) -> dict:
         return json.loads((self.base(gpu) / STATE_FILE).read_text())
@@ -208,7 +213,7 @@ def test_status_is_read_only(tool, daemon, short_tmp, capsys):
     assert run("status") == 0
     assert "server 4242: clients 111, 222" in capsys.readouterr().out
     assert snapshot() == before
-    assert not (short_tmp / "xdg" / "unilab-mps").exists()
+    assert not tool.mps_root.exists()
     assert set(daemon.commands) == {"get_server_list", "get_client_list 4242"}
 
 
@@ -245,7 +250,7 @@ def test_exclusive_needs_root(tool, capsys):
     assert run("start", "--exclusive") == 1
     assert "needs root" in capsys.readouterr().err
     assert tool.smi_calls() == [] and started_pids(tool.root) == []
-    assert not (tool.root / "xdg" / "unilab-mps").exists()
+    assert not tool.mps_root.exists()
 
 
 def test_exclusive_sets_and_restores_the_compute_mode(tool, capsys):
@@ -279,12 +284,13 @@ def test_foreground_quits_the_daemon_on_ctrl_c(tool):
         "import json, sys\n"
         f"sys.path.insert(0, {str(TESTS)!r})\n"
         "from fakes import FakeNvml\n"
-        "from unilab.mpstool.daemon import StartOptions, start\n"
-        "from unilab.mpstool.host import ToolHost\n"
-        "sys.exit(start(ToolHost(env=json.loads(sys.argv[1]), nvml=FakeNvml()), StartOptions(foreground=True)))\n"
+        "from unilab.mps.daemon import StartOptions, start\n"
+        "from unilab.mps.host import ToolHost\n"
+        "host = ToolHost(env=json.loads(sys.argv[1]), nvml=FakeNvml(), tmp=sys.argv[2])\n"
+        "sys.exit(start(host, StartOptions(foreground=True)))\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", driver, json.dumps(tool.env)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", driver, json.dumps(tool.env), str(tool.tmp)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         state_file = tool.base() / STATE_FILE
         deadline = time.monotonic() + 20
@@ -305,6 +311,32 @@ def test_foreground_quits_the_daemon_on_ctrl_c(tool):
     assert not alive(state["daemon_pid"]) and not state_file.exists()
 
 
+def test_the_probe_fix_and_start_share_one_directory_convention(tool, capsys):
+    """train's fix names the directories `unilab mps start` uses for the probed GPU: the same exports,
+    and a daemon started from the fix is where start looks, so start refuses to add a second one."""
+    if os.path.exists("/tmp/nvidia-mps/control"):
+        pytest.skip("a real MPS daemon uses NVIDIA's default directory on this host")
+    host = HostFacts(platform="linux", env=dict(tool.env), nvml=FakeNvml(), tmp=tool.tmp)
+    with pytest.raises(CudaProcessSharingError) as info:
+        probe_cuda_process_sharing("mps", "cuda:1", "cuda:1", backend="mjwarp", host=host)
+    fix, base = info.value.fix, tool.base(GPU_B)
+    assert fix[0] == f"mkdir -p -m 700 {tool.mps_root} {base} {base}/pipe {base}/log"
+
+    assert run("start", "--gpu", "1") == 0
+    started = capsys.readouterr().out.splitlines()
+    assert run("stop", "--gpu", "1") == 0
+    assert [line for line in fix if line.startswith("export ")] == started[:2]
+
+    subprocess.run(["sh", "-ec", "\n".join(fix)], env=tool.env, check=True, timeout=30)
+    deadline = time.monotonic() + 10
+    while not (base / "pipe" / "control").is_socket() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for path in (tool.mps_root, base, base / "pipe", base / "log"):
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
+    assert run("start", "--gpu", GPU_B.uuid) == 1
+    assert f"already answers at {base / 'pipe'}" in capsys.readouterr().err
+
+
 def test_resolve_gpu_by_index_uuid_and_visible_devices():
     host = ToolHost(env={}, nvml=FakeNvml())
     assert resolve_gpu(host, None) == GPU_A
@@ -321,8 +353,11 @@ def test_resolve_gpu_by_index_uuid_and_visible_devices():
 
 
 def test_default_root_and_private_dirs(short_tmp):
-    assert default_root({}, 1234) == Path("/tmp/unilab-mps-1234")
-    assert default_root({"XDG_RUNTIME_DIR": "/run/user/7"}, 7) == Path("/run/user/7/unilab-mps")
+    assert default_root(1234) == Path("/tmp/unilab-mps-1234")
+    assert default_root(7, short_tmp) == short_tmp / "unilab-mps-7"
+    # One convention whatever the session: $XDG_RUNTIME_DIR does not move the daemons.
+    xdg = ToolHost(env={"XDG_RUNTIME_DIR": "/run/user/7"}, nvml=FakeNvml())
+    assert xdg.root() == Path(f"/tmp/unilab-mps-{os.geteuid()}")
     wide = short_tmp / "wide"
     wide.mkdir(mode=0o755)
     ensure_private_dir(wide, os.geteuid())
@@ -349,7 +384,7 @@ def no_launch(monkeypatch):
 
 @pytest.mark.parametrize("nvml_available, needle", [(False, "nvml_available"), (True, "mps_pipe_directory")])
 def test_doctor_prints_the_same_diagnostic_as_train(tmp_path, monkeypatch, capsys, no_launch, nvml_available, needle):
-    import unilab.execution.probe as probe_mod
+    import unilab.mps.probe as probe_mod
 
     monkeypatch.setattr(probe_mod, "SystemNvml", lambda: FakeNvml(available=nvml_available))
     monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "no-daemon"))
@@ -368,7 +403,7 @@ def test_doctor_prints_the_same_diagnostic_as_train(tmp_path, monkeypatch, capsy
 
 
 def test_doctor_prints_the_evidence_when_the_probe_passes(tmp_path, monkeypatch, capsys, mps_env, no_launch):
-    import unilab.execution.probe as probe_mod
+    import unilab.mps.probe as probe_mod
 
     monkeypatch.setattr(probe_mod, "SystemNvml", lambda: FakeNvml())
     for key, value in mps_env.items():
@@ -396,10 +431,12 @@ def test_console_commands_never_import_cuda_libraries(short_tmp, args, code):
         "code = main(sys.argv[1:])\n"
         "print('RESULT', code, *(m in sys.modules for m in ('torch', 'warp', 'mujoco_warp')))\n"
     )
-    env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=str(short_tmp / "none"), XDG_RUNTIME_DIR=str(short_tmp))
+    env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=str(short_tmp / "none"))
+    root = default_root(os.geteuid())  # the real one: these commands only read it
+    root_existed = root.exists()
     done = subprocess.run([sys.executable, "-c", script, "mps", *args], capture_output=True, text=True, env=env,
                           timeout=120)
     assert f"RESULT {code} False False False" in done.stdout, done.stdout + done.stderr
     if code == 2:
         assert "cannot be honoured" in done.stderr
-    assert not (short_tmp / "none").exists() and not (short_tmp / "unilab-mps").exists()
+    assert not (short_tmp / "none").exists() and root.exists() == root_existed

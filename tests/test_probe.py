@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from fakes import GPU_A, GPU_B, FakeNvml
-from unilab.execution import (
+from unilab.mps import (
     CudaProcessSharingError,
     CudaProcessSharingEvidence,
     HostFacts,
@@ -19,7 +19,8 @@ from unilab.execution import (
     probe_cuda_process_sharing,
     verify_mps_clients,
 )
-from unilab.execution.nvml import MigEntry, visible_devices
+from unilab.mps.layout import default_root
+from unilab.mps.nvml import MigEntry, visible_devices
 
 
 def probe(host, mode="mps", learner="cuda:0", collector="cuda:0", backend="mjwarp", **kw):
@@ -157,9 +158,13 @@ def test_gpu_in_mig_mode_rejected(host):
 def test_missing_pipe_directory(host, short_tmp):
     env = dict(host.env, CUDA_MPS_PIPE_DIRECTORY=str(short_tmp / "nowhere"))
     err = fails_with(Prerequisite.PIPE_DIRECTORY, dataclasses.replace(host, env=env))
-    assert "nvidia-cuda-mps-control -d" in err.fix
-    assert any(cmd.startswith("export CUDA_MPS_PIPE_DIRECTORY=") for cmd in err.fix)
-    assert any(cmd.startswith("mkdir -p -m 700") for cmd in err.fix)
+    # The exported pipe directory is kept; the log directory is the convention's for the probed GPU.
+    root = default_root(os.geteuid())
+    base, pipe = root / GPU_A.uuid, short_tmp / "nowhere"
+    assert err.fix == [f"mkdir -p -m 700 {root} {base} {pipe} {base}/log",
+                       f"export CUDA_MPS_PIPE_DIRECTORY={pipe}",
+                       f"export CUDA_MPS_LOG_DIRECTORY={base}/log",
+                       "nvidia-cuda-mps-control -d"]
 
 
 def test_default_pipe_directory_is_named_when_unset(host):

@@ -198,9 +198,9 @@ def test_children_exit_when_the_launcher_dies(tmp_path):
 def mps_on_cpu_children(monkeypatch, mps_env):
     """An MPS run whose children live on this CPU host: the probe is answered as if they were on cuda:0
     (with the fake NVML and daemon), the rest of the launcher runs for real."""
-    import unilab.execution.probe as probe_mod
+    import unilab.mps.probe as probe_mod
     from fakes import FakeNvml
-    from unilab.execution import HostFacts
+    from unilab.mps import HostFacts
 
     real_probe = probe_mod.probe_cuda_process_sharing
 

@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_eval_parser(sub)
 
     from unilab.bench.cli import add_bench_parser
-    from unilab.mpstool.cli import add_mps_parser
+    from unilab.mps.cli import add_mps_parser
 
     add_mps_parser(sub)
     add_bench_parser(sub)
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if raw[:2] == ["motion", "synth"]:  # the synth tool parses its own options
         code = _motion_synth(argparse.Namespace(rest=raw[2:]))
     elif raw[:2] == ["mps", "doctor"]:  # train overrides, --algo X included, go through untouched
-        from unilab.mpstool.cli import doctor_main
+        from unilab.mps.cli import doctor_main
 
         code = doctor_main(raw[2:])
     else:

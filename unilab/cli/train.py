@@ -56,7 +56,7 @@ def _user_error(exc: BaseException) -> str | None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from unilab.execution import CudaProcessSharingError
+    from unilab.mps import CudaProcessSharingError
     from unilab.launcher.prepare import ConfigError
 
     chain: list[BaseException] = []

@@ -8,7 +8,7 @@ from .schema import PROBE_RESOLVER
 
 
 def _probe(requested, learner_device, collector_device, backend, timeout_s):
-    from unilab.execution import probe
+    from unilab.mps import probe
 
     evidence = probe.probe_cuda_process_sharing(
         requested, learner_device, collector_device, backend=backend, timeout_s=float(timeout_s)

@@ -14,7 +14,7 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from unilab import __version__
-from unilab.execution.evidence import CudaProcessSharingEvidence
+from unilab.mps.record import CudaProcessSharingEvidence
 
 from .atomic import write_json_atomic
 

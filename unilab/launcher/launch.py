@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from omegaconf import DictConfig
 
 from unilab.evidence.manifest import RankEvidence
-from unilab.execution import CudaProcessSharingError, Prerequisite, verify_mps_clients
-from unilab.execution.evidence import CudaProcessSharingEvidence
+from unilab.mps import CudaProcessSharingError, Prerequisite, verify_mps_clients
+from unilab.mps.child_env import child_device_and_env, environ
+from unilab.mps.record import CudaProcessSharingEvidence
 from unilab.runtime.protocol import Ready
 from unilab.runtime.spec import RoleSpec
 
-from .child_env import child_device_and_env, environ
 from .prepare import PreparedRun
 from .summary import RunSummary
 from .supervisor import STOP_GRACE_S, Supervisor

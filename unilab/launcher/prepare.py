@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from unilab.config.schema import EXECUTION_EVIDENCE_INTERPOLATION
 from unilab.evidence.manifest import RuntimeManifest
 from unilab.evidence.run_config import resolved_config, write_run_config
-from unilab.execution.evidence import CudaProcessSharingEvidence
+from unilab.mps.record import CudaProcessSharingEvidence
 
 from .run_dir import new_run_dir
 
@@ -69,8 +69,8 @@ def _check_gpus_visible(devices: list[str]) -> None:
     """A CUDA device on a host without a visible NVIDIA GPU fails here, not in the children."""
     if not any(d.startswith("cuda") for d in devices):
         return
-    from unilab.execution import probe
-    from unilab.execution.nvml import NvmlUnavailable
+    from unilab.mps import probe
+    from unilab.mps.nvml import NvmlUnavailable
 
     try:
         count = len(probe.HostFacts().nvml.gpus())
@@ -85,7 +85,7 @@ def _check_gpus_visible(devices: list[str]) -> None:
 
 def _rank_evidence(evidence: CudaProcessSharingEvidence, devices: list[str], timeout_s: float):
     """The probe's evidence for every rank: under MPS each further rank's GPU is probed too."""
-    from unilab.execution import probe
+    from unilab.mps import probe
 
     out = [evidence]
     for device in devices[1:]:

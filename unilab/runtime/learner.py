@@ -17,7 +17,8 @@ import sys
 import time
 import traceback
 
-from .gemm_check import check_under_thread_share, weight_products
+from unilab.mps.gemm_check import check_under_thread_share, weight_products
+
 from .messages import Mailbox, StopRequested, become_child
 from .protocol import (LEARNER_INBOX, LOSSES, TRANSITION_FIELDS, Act, Buffers, ChunkReady, Failed, Finished,
                        IterationStats, LearnerEvents, Obs, SlotFree, Stop)

@@ -9,16 +9,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from unilab.execution.mps_control import ControlBinaryMissing, DaemonNoAnswer, PipeDirectory, daemon_pid, is_socket
-from unilab.execution.mps_control import pipe_directory as ambient_pipe
-
+from .control import ControlBinaryMissing, DaemonNoAnswer, PipeDirectory, daemon_pid, is_socket
+from .control import pipe_directory as ambient_pipe
 from .host import ToolHost
 from .layout import MpsState, known_state_files, read_state
 
 
 def collect(host: ToolHost, timeout_s: float = 2.0) -> list[dict]:
     entries: list[dict] = []
-    for path in known_state_files(host.env, host.euid()):
+    for path in known_state_files(host.root(), host.env):
         state = read_state(path)
         if state is not None:
             entries.append(_describe(host, Path(state.pipe_dir), "unilab", timeout_s, state, path))

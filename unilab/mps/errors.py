@@ -1,8 +1,8 @@
-"""One error type for every unmet prerequisite of a CUDA process-sharing request."""
+"""The two error types of the package: an unmet prerequisite of a CUDA process-sharing request
+(with its fix), and a failure of `unilab mps` (with its exit status)."""
 
 from __future__ import annotations
 
-import os
 from enum import Enum
 
 
@@ -26,24 +26,6 @@ class Prerequisite(str, Enum):
     DAEMON_ANSWERS = "mps_daemon_answers"
     COMPUTE_MODE = "gpu_compute_mode"
     CLIENTS_ATTACHED = "mps_clients_attached"
-
-
-def user_mps_dirs() -> tuple[str, str]:
-    """User-owned pipe and log directories suggested by every fix."""
-    base = f"/tmp/unilab-mps-{os.getuid()}"
-    return f"{base}/pipe", f"{base}/log"
-
-
-def start_daemon_commands(pipe_dir: str | None = None, log_dir: str | None = None) -> list[str]:
-    default_pipe, default_log = user_mps_dirs()
-    pipe_dir = pipe_dir or default_pipe
-    log_dir = log_dir or default_log
-    return [
-        f"mkdir -p -m 700 {pipe_dir} {log_dir}",
-        f"export CUDA_MPS_PIPE_DIRECTORY={pipe_dir}",
-        f"export CUDA_MPS_LOG_DIRECTORY={log_dir}",
-        "nvidia-cuda-mps-control -d",
-    ]
 
 
 class CudaProcessSharingError(RuntimeError):
@@ -78,3 +60,11 @@ class CudaProcessSharingError(RuntimeError):
             "found": self.found,
             "fix": self.fix,
         }
+
+
+class MpsToolError(RuntimeError):
+    """A `unilab mps` subcommand failed: a message for the user and the exit status."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code

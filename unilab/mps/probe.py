@@ -12,14 +12,13 @@ import re
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from enum import Enum
+from pathlib import Path
 from typing import Callable, Mapping
 
-from .errors import CudaProcessSharingError, Prerequisite, start_daemon_commands
-from .evidence import CudaProcessSharingEvidence, MpsClientReport
-from .mps_control import (
+from .control import (
     ControlBinaryMissing,
     DaemonNoAnswer,
     MpsControl,
@@ -28,7 +27,10 @@ from .mps_control import (
     is_socket,
     pipe_directory,
 )
+from .errors import CudaProcessSharingError, Prerequisite
+from .layout import TMP, Layout, default_root, layout_for, start_daemon_commands
 from .nvml import GpuInfo, MigEntry, NvmlReader, NvmlUnavailable, SystemNvml, visible_devices
+from .record import CudaProcessSharingEvidence, MpsClientReport
 
 SUPPORTED_MODES = ("mps",)
 SUPPORTED_BACKENDS = ("mjwarp",)
@@ -44,6 +46,7 @@ class HostFacts:
     nvml: NvmlReader = field(default_factory=lambda: SystemNvml())
     access: Callable[[str, int], bool] = os.access
     which: Callable[..., str | None] = shutil.which
+    tmp: Path = TMP  # holds the root of the daemon directories its fixes name (layout.py)
 
 
 def _mode_value(requested) -> str | None:
@@ -117,7 +120,7 @@ def _probe_mps(base: dict, host: HostFacts, timeout_s: float) -> CudaProcessShar
     learner_idx = _cuda_index(base["learner_device"], Prerequisite.LEARNER_CUDA, "learner")
     collector_idx = _cuda_index(base["collector_device"], Prerequisite.COLLECTOR_CUDA, "collector")
     gpu = _same_physical_gpu(host, learner_idx, collector_idx, base)
-    pipe = _check_pipe(host, pipe_directory(host.env))
+    pipe = _check_pipe(host, pipe_directory(host.env), gpu)
     control = MpsControl(pipe, host.env, timeout_s=timeout_s, which=host.which)
     servers = _ask_daemon(control, pipe)
     notes = []
@@ -227,9 +230,16 @@ def _same_physical_gpu(host: HostFacts, learner_idx: int, collector_idx: int, ba
     return learner
 
 
-def _check_pipe(host: HostFacts, pipe: PipeDirectory) -> PipeDirectory:
+def _daemon_layout(host: HostFacts, gpu: GpuInfo, pipe: PipeDirectory | None = None) -> Layout:
+    """The directories `unilab mps start --gpu <uuid>` uses for the probed GPU; `pipe`, when given,
+    keeps the pipe directory the user exported (the log directory stays the convention's)."""
+    layout = layout_for(default_root(os.geteuid(), host.tmp), gpu.uuid)
+    return layout if pipe is None else replace(layout, pipe_dir=Path(pipe.path))
+
+
+def _check_pipe(host: HostFacts, pipe: PipeDirectory, gpu: GpuInfo) -> PipeDirectory:
     where = f"{pipe.path} ({'CUDA_MPS_PIPE_DIRECTORY' if pipe.source == 'env' else 'NVIDIA default, CUDA_MPS_PIPE_DIRECTORY unset'})"
-    start = start_daemon_commands(pipe.path if pipe.source == "env" else None)
+    start = start_daemon_commands(_daemon_layout(host, gpu, pipe if pipe.source == "env" else None))
     if not os.path.isdir(pipe.path):
         raise CudaProcessSharingError(
             Prerequisite.PIPE_DIRECTORY,
@@ -263,7 +273,8 @@ def _check_pipe(host: HostFacts, pipe: PipeDirectory) -> PipeDirectory:
             Prerequisite.CONTROL_PIPE_ACCESS,
             "the MPS control pipe belongs to another user or denies access",
             found=f"{pipe.control}: permission denied",
-            fix=["start a daemon as this user in a directory it owns:", *start_daemon_commands()],
+            fix=["start a daemon as this user in a directory it owns:",
+                 *start_daemon_commands(_daemon_layout(host, gpu))],
         )
     return pipe
 

@@ -1,16 +1,16 @@
 """Half-precision matrix-product self-check for a process that runs under an MPS thread share.
 
-Found on an H200 (driver 580.159.04, torch 2.11 with CUDA 13.0, 2026-11-29): with
-CUDA_MPS_ACTIVE_THREAD_PERCENTAGE at 70, 75 or 80 % (92, 98, 104 SMs), bf16 and fp16 cuBLAS
-products of the learner's shapes came back NaN or wrong, without any error; fp32 was exact, and
-25, 50, 60, 90 and 100 % were exact too. The learner (the role that runs bf16) started with a
-share checks once, after its CUDA context exists, and fails closed instead of training on corrupt
-arithmetic. The collector computes in fp32 and is not checked.
+Under some values of CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, bf16 and fp16 cuBLAS products of the
+learner's shapes came back NaN or wrong without any error, while fp32 stayed exact (measured shares,
+shapes and the software they were seen with: docs/en/performance.md, "A fault found with the
+thread-share knob" and Session 5). The learner (the role that runs bf16) started with a share checks
+once, after its CUDA context exists, and fails closed instead of training on corrupt arithmetic. The
+collector computes in fp32 and is not checked.
 
-Which products break depends on the share and the shapes: at 30 % (38 SMs), a FlashSAC learner
-(walk flat, 4096 envs) passed the fixed shapes below and then produced non-finite losses from its
-first update on; its own bf16 product (2, 4096, 1024) @ (2, 1024, 256) came back NaN. So the
-learner, once built, also checks the products of its own weights (`weight_products`).
+Which products break depends on the share and the shapes: a learner passed the fixed shapes below
+and then produced non-finite losses from its first update on, because a product of its own weights
+was the broken one. So the learner, once built, also checks the products of its own weights
+(`weight_products`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 
 SHARE_VAR = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-# The shapes that failed on the H200: an ensemble layer (2, 8192, 768) @ (2, 768, 384) and one member.
+# Shapes seen to fail (docs/en/performance.md): an ensemble layer and one of its members.
 SHAPES = (((2, 8192, 768), (2, 768, 384)), ((8192, 768), (768, 384)))
-MAX_RELATIVE_ERROR = 0.02  # bf16 keeps 8 mantissa bits: correct products land near 0.004
+MAX_RELATIVE_ERROR = 0.02  # bf16 keeps 8 mantissa bits: correct products land well below this
 
 
 class HalfPrecisionGemmError(RuntimeError):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from unilab.execution.mps_control import (
+from .control import (
     CONTROL_BINARY,
     DAEMON_PID_FILE,
     ControlBinaryMissing,
@@ -20,7 +20,6 @@ from unilab.execution.mps_control import (
     daemon_pid,
     is_socket,
 )
-
 from .errors import MpsToolError
 from .host import NVIDIA_SMI, ToolHost, resolve_gpu
 from .layout import Layout, MpsState, layout_for, prepare_dirs, read_state, select_state
@@ -47,7 +46,7 @@ def start(host: ToolHost, opts: StartOptions) -> int:
         _check_can_set_compute_mode(host)
     gpu = resolve_gpu(host, opts.gpu)
     uid = host.euid()
-    layout = layout_for(host.env, uid, gpu.uuid, opts.pipe_dir, opts.log_dir)
+    layout = layout_for(host.root(), gpu.uuid, opts.pipe_dir, opts.log_dir)
     prepare_dirs(layout, uid)
     _refuse_live_or_clean(host, layout)
 
@@ -240,7 +239,7 @@ def _run_foreground(host: ToolHost, proc: subprocess.Popen, layout: Layout, stat
 
 
 def stop(host: ToolHost, gpu: str | None, pipe_dir: str | None, timeout_s: float = 10.0) -> int:
-    path, state = select_state(host.env, host.euid(), gpu, pipe_dir)
+    path, state = select_state(host.root(), host.env, gpu, pipe_dir)
     now = host.start_time(state.daemon_pid)
     if now is None:
         print(f"unilab mps: the daemon recorded in {path} (pid {state.daemon_pid}) is not running any more; "

@@ -38,7 +38,7 @@ def _env(args) -> int:
     from .layout import select_state
 
     host = make_host()
-    _, state = select_state(host.env, host.euid(), args.gpu, args.pipe_dir)
+    _, state = select_state(host.root(), host.env, args.gpu, args.pipe_dir)
     if host.start_time(state.daemon_pid) != state.daemon_start_time:
         raise MpsToolError(f"unilab mps: the daemon recorded for {state.pipe_dir} (pid {state.daemon_pid}) is not "
                            "running any more; start one with `unilab mps start`")
@@ -75,7 +75,7 @@ def add_mps_parser(sub) -> None:
     start = msub.add_parser("start", help="start a control daemon in user-owned 0700 directories and print exports")
     start.add_argument("--gpu", metavar="UUID|INDEX", help="default: CUDA's device 0 (honours CUDA_VISIBLE_DEVICES)")
     start.add_argument("--pipe-dir", metavar="D",
-                       help="default: $XDG_RUNTIME_DIR/unilab-mps/<uuid>/pipe (else /tmp/unilab-mps-$UID/<uuid>/pipe)")
+                       help="default: /tmp/unilab-mps-$UID/<gpu-uuid>/pipe")
     start.add_argument("--log-dir", metavar="D", help="default: log/ beside the pipe directory")
     start.add_argument("--foreground", action="store_true", help="run in the foreground until Ctrl-C, then quit it")
     start.add_argument("--exclusive", action="store_true",

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from unilab.execution.mps_control import DAEMON_PID_FILE, MpsControl, PipeDirectory
-from unilab.execution.nvml import GpuInfo, MigEntry, NvmlReader, NvmlUnavailable, SystemNvml, visible_devices
-
+from .control import DAEMON_PID_FILE, MpsControl, PipeDirectory
 from .errors import MpsToolError
+from .layout import TMP, default_root
+from .nvml import GpuInfo, MigEntry, NvmlReader, NvmlUnavailable, SystemNvml, visible_devices
 
 NVIDIA_SMI = "nvidia-smi"
 
@@ -27,6 +27,10 @@ class ToolHost:
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     proc: Path = Path("/proc")
+    tmp: Path = TMP  # holds the daemons' root directory (layout.py)
+
+    def root(self) -> Path:
+        return default_root(self.euid(), self.tmp)
 
     def find(self, name: str) -> str | None:
         return self.which(name, path=self.env.get("PATH", os.defpath))

@@ -1,4 +1,5 @@
-"""What the probe found and what the run later verified, as frozen, JSON-serialisable records."""
+"""The MPS part of a run's evidence: what the probe found and what the launcher later verified,
+as frozen, JSON-serialisable records (`runtime_manifest.json` is written by unilab.evidence)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-EVIDENCE_SCHEMA_VERSION = 1
+RECORD_SCHEMA_VERSION = 1
 
 Mode = Optional[Literal["mps"]]
 
@@ -20,7 +21,7 @@ class CudaProcessSharingEvidence(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    schema_version: int = EVIDENCE_SCHEMA_VERSION
+    schema_version: int = RECORD_SCHEMA_VERSION
     configured: Mode
     effective: Mode = None
     validated: bool = False

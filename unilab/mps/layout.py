@@ -1,4 +1,29 @@
-"""Where a unilab-started daemon lives (pipe/, log/, the state file) and what was recorded about it."""
+"""Where MPS daemons live: one directory convention, for `train`'s fixes and for `unilab mps`.
+
+The convention: ``/tmp/unilab-mps-<uid>/<gpu-uuid>/{pipe,log}``, every level a mode-0700 directory
+of the user, and beside pipe/ and log/ the state file of a daemon that `unilab mps start` started.
+The fix that `train +execution=mps` prints when no daemon answers names exactly the directories
+`unilab mps start --gpu <uuid>` uses for the GPU the probe identified (`start_daemon_commands`), so
+the two ways of starting a daemon meet in the same place: `unilab mps start` refuses to start a
+second daemon where one started from the fix already answers. One directory per GPU lets
+independent daemons run side by side (`unilab mps start --gpu N`).
+
+Why /tmp/unilab-mps-<uid> rather than $XDG_RUNTIME_DIR:
+
+- The same path from every shell of the user. $XDG_RUNTIME_DIR exists only inside a login session
+  (it is unset under sudo, cron, batch schedulers and most containers), so a default built on it
+  moves with the shell: `unilab mps stop|env|status` from another shell would not find the daemon,
+  and `train` run there would print a fix naming other directories.
+- It outlives the login. logind removes $XDG_RUNTIME_DIR at the user's last logout, taking the
+  control socket and the state file (with the compute mode `stop` must restore) from under a daemon
+  that keeps running; it is also a size-capped tmpfs, where the daemon's logs would grow.
+- It is what the README's raw commands and the docs type.
+
+What /tmp costs is a name another user could create first. `unilab mps start` meets it: it creates
+every level 0700 and refuses a symlink or a directory owned by another uid (`ensure_private_dir`).
+The printed raw commands create every level with mode 700 but, like any `mkdir -p`, accept a level
+that already exists; on a shared host `unilab mps start` is the safer of the two.
+"""
 
 from __future__ import annotations
 
@@ -14,14 +39,22 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from unilab.evidence.atomic import write_json_atomic
 
+from .control import CONTROL_BINARY
 from .errors import MpsToolError
 
+TMP = Path("/tmp")  # what holds the root; tests substitute a directory of their own
 STATE_FILE = "unilab-mps-state.json"  # beside pipe/ and log/, in the pipe directory's parent
 
 
-def default_root(env: Mapping[str, str], uid: int) -> Path:
-    xdg = env.get("XDG_RUNTIME_DIR")
-    return Path(xdg) / "unilab-mps" if xdg else Path(f"/tmp/unilab-mps-{uid}")
+def default_root(uid: int, tmp: Path = TMP) -> Path:
+    return Path(tmp) / f"unilab-mps-{uid}"
+
+
+def export_lines(pipe_dir: str | os.PathLike, log_dir: str | os.PathLike) -> list[str]:
+    return [
+        f"export CUDA_MPS_PIPE_DIRECTORY={shlex.quote(str(pipe_dir))}",
+        f"export CUDA_MPS_LOG_DIRECTORY={shlex.quote(str(log_dir))}",
+    ]
 
 
 @dataclass(frozen=True)
@@ -39,13 +72,25 @@ class Layout:
         return self.pipe_dir.parent / STATE_FILE
 
 
-def layout_for(env: Mapping[str, str], uid: int, gpu_uuid: str, pipe_dir: str | None, log_dir: str | None) -> Layout:
+def layout_for(root: Path, gpu_uuid: str, pipe_dir: str | None = None, log_dir: str | None = None) -> Layout:
+    """The convention's directories for `gpu_uuid` under `root`; --pipe-dir/--log-dir replace them."""
     if pipe_dir:
         pipe = Path(os.path.abspath(pipe_dir))
         return Layout(pipe, Path(os.path.abspath(log_dir)) if log_dir else pipe.parent / "log")
-    root = default_root(env, uid)
     base = root / gpu_uuid
     return Layout(base / "pipe", Path(os.path.abspath(log_dir)) if log_dir else base / "log", (root, base))
+
+
+def start_daemon_commands(layout: Layout) -> list[str]:
+    """The raw shell commands that start a daemon in these directories (`train`'s fix). Unlike
+    `unilab mps start` they check no owner, record nothing and pin no GPU: the daemon serves every
+    GPU its shell sees, which one data-parallel launcher needs."""
+    dirs = (*layout.private_parents, layout.pipe_dir, layout.log_dir)
+    return [
+        "mkdir -p -m 700 " + " ".join(shlex.quote(str(d)) for d in dirs),
+        *export_lines(layout.pipe_dir, layout.log_dir),
+        f"{CONTROL_BINARY} -d",
+    ]
 
 
 def ensure_private_dir(path: Path, uid: int) -> None:
@@ -97,11 +142,8 @@ class MpsState(BaseModel):
         return write_json_atomic(path, self.model_dump(mode="json"))
 
     def exports(self) -> list[str]:
-        return [
-            f"export CUDA_MPS_PIPE_DIRECTORY={shlex.quote(self.pipe_dir)}",
-            f"export CUDA_MPS_LOG_DIRECTORY={shlex.quote(self.log_dir)}",
-            f"export CUDA_VISIBLE_DEVICES={shlex.quote(self.gpu_uuid)}",
-        ]
+        return [*export_lines(self.pipe_dir, self.log_dir),
+                f"export CUDA_VISIBLE_DEVICES={shlex.quote(self.gpu_uuid)}"]
 
 
 def read_state(path: Path) -> MpsState | None:
@@ -116,9 +158,9 @@ def read_state(path: Path) -> MpsState | None:
                            "remove it if no daemon started by unilab uses that directory") from exc
 
 
-def known_state_files(env: Mapping[str, str], uid: int) -> list[Path]:
-    """State files under the default root, plus the one beside $CUDA_MPS_PIPE_DIRECTORY. Reads only."""
-    found = set(default_root(env, uid).glob(f"*/{STATE_FILE}"))
+def known_state_files(root: Path, env: Mapping[str, str]) -> list[Path]:
+    """State files under the root, plus the one beside $CUDA_MPS_PIPE_DIRECTORY. Reads only."""
+    found = set(root.glob(f"*/{STATE_FILE}"))
     ambient = env.get("CUDA_MPS_PIPE_DIRECTORY")
     if ambient:
         candidate = Path(os.path.abspath(ambient)).parent / STATE_FILE
@@ -127,7 +169,7 @@ def known_state_files(env: Mapping[str, str], uid: int) -> list[Path]:
     return sorted(found)
 
 
-def select_state(env: Mapping[str, str], uid: int, gpu: str | None, pipe_dir: str | None) -> tuple[Path, MpsState]:
+def select_state(root: Path, env: Mapping[str, str], gpu: str | None, pipe_dir: str | None) -> tuple[Path, MpsState]:
     """The one recorded daemon matching --gpu / --pipe-dir (or the only one recorded)."""
     if pipe_dir:
         pipe = Path(os.path.abspath(pipe_dir))
@@ -139,7 +181,7 @@ def select_state(env: Mapping[str, str], uid: int, gpu: str | None, pipe_dir: st
                 f"(no {path}).\n  unilab mps stops only daemons it started; one you started yourself stops with:\n"
                 f"    echo quit | CUDA_MPS_PIPE_DIRECTORY={shlex.quote(str(pipe))} nvidia-cuda-mps-control")
         return path, state
-    candidates = [(p, s) for p in known_state_files(env, uid) if (s := read_state(p)) is not None]
+    candidates = [(p, s) for p in known_state_files(root, env) if (s := read_state(p)) is not None]
     if gpu is not None:
         candidates = [(p, s) for p, s in candidates
                       if (gpu.isdigit() and s.gpu_index == int(gpu)) or s.gpu_uuid.startswith(gpu)
@@ -149,6 +191,6 @@ def select_state(env: Mapping[str, str], uid: int, gpu: str | None, pipe_dir: st
     where = f"for --gpu {gpu} " if gpu is not None else ""
     if not candidates:
         raise MpsToolError(f"unilab mps: no daemon started by `unilab mps start` is recorded {where}"
-                           f"(looked under {default_root(env, uid)}); `unilab mps status` lists what is running")
+                           f"(looked under {root}); `unilab mps status` lists what is running")
     listing = "\n".join(f"    {s.gpu_uuid}  {s.pipe_dir}" for _, s in candidates)
     raise MpsToolError(f"unilab mps: several daemons are recorded {where}; pass --gpu or --pipe-dir:\n{listing}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
-from unilab.execution.evidence import CudaProcessSharingEvidence
+from .record import CudaProcessSharingEvidence
 
 
 def child_device_and_env(
