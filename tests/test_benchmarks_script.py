@@ -1,0 +1,163 @@
+"""benchmarks/gpu_session.sh on the CPU: its syntax, what `gate` and `learn` expand to (--dry-run),
+the documented expansions, and every documented `bash benchmarks/gpu_session.sh ...` command."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "gpu_session.sh"
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*/*.md"))]
+
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+
+
+def dry(*args: str, env: dict | None = None) -> list[str]:
+    """The commands a subcommand runs (--dry-run), `train` and `unilab` spelled as in the docs."""
+    full_env = {**os.environ, "TRAIN": "train", "UNILAB": "unilab", "PYTHON": "python3", **(env or {})}
+    full_env.pop("SESSION_DIR", None)
+    out = subprocess.run(["bash", str(SCRIPT), "--dry-run", *args], capture_output=True, text=True, env=full_env,
+                         cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()
+
+
+def commands(lines: list[str]) -> list[str]:
+    """Dry-run lines without notes, `eval` of the daemon's exports, log redirections and comments."""
+    out = []
+    for line in lines:
+        if line.startswith("#") or line.startswith("eval "):
+            continue
+        line = re.sub(r"\s+#.*$", "", line)
+        line = re.sub(r"\s+> \S+ 2>&1( < /dev/null)?( &)?$", "", line)
+        out.append(line)
+    return out
+
+
+def test_syntax():
+    subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
+
+
+def test_no_hard_coded_pythonpath():
+    for path in (ROOT / "benchmarks").iterdir():
+        assert "/root/devsite" not in path.read_text(), path
+        assert not re.search(r"^\s*(export\s+)?PYTHONPATH=", path.read_text(), re.M), path
+
+
+def test_gate_expansion():
+    lines = dry("gate", "--algo", "fastsac", "--task", "g1_walk_flat", "--envs", "2048", "--seeds", "2")
+    assert 'eval "$(unilab mps env --gpu 0)"' in lines  # the MPS arm runs under GPU 0's daemon
+    assert commands(lines) == [
+        "train -m +execution=default,mps +bench=offpolicy_gate --algo fastsac --task g1_walk_flat "
+        "training.device=cuda:0 task.num_envs=2048 training.log_dir=/tmp/gate/fastsac_g1_walk_flat",
+        "unilab bench compare /tmp/gate/fastsac_g1_walk_flat --threshold-pct 10 "
+        "--plot /tmp/session/gate_fastsac_g1_walk_flat.png",
+        "unilab bench compare /tmp/gate/fastsac_g1_walk_flat --threshold-pct 10 --json",
+        "unilab config diff RUN_DEFAULT RUN_MPS",
+    ]
+
+
+def test_gate_seed_overrides_arms_and_name():
+    lines = commands(dry("--out", "/tmp/s", "gate", "--algo", "flashsac", "--task", "g1_walk_flat", "--envs", "4096",
+                         "--seed", "1", "--threshold", "20", "--gpu", "1", "--", "sim.task_cuda_graph=false"))
+    assert lines[0].endswith("training.log_dir=/tmp/gate/flashsac_g1_walk_flat training.seed=1 "
+                             "sim.task_cuda_graph=false")
+    assert "--threshold-pct 20 --plot /tmp/s/gate_flashsac_g1_walk_flat.png" in lines[1]
+    sweep = dry("gate", "--algo", "fastsac", "--task", "g1_walk_flat", "--envs", "2048", "--arms", "mps",
+                "--seeds", "3", "--name", "shares", "--", "training.mps_active_thread_percentage.collector=100,50")
+    assert commands(sweep) == [
+        "train -m +execution=mps +bench=offpolicy_gate --algo fastsac --task g1_walk_flat training.device=cuda:0 "
+        "task.num_envs=2048 training.log_dir=/tmp/gate/shares training.seed=1,2,3 "
+        "training.mps_active_thread_percentage.collector=100,50",
+        "unilab bench extract RUN",  # one arm: each run reported, nothing to compare
+    ]
+    default_only = dry("gate", "--algo", "fastsac", "--task", "g1_walk_flat", "--envs", "2048", "--arms", "default",
+                       "--gpu", "1")
+    assert "export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=1" in default_only
+    assert not any(line.startswith("eval ") for line in default_only)
+
+
+def test_learn_expansion():
+    lines = dry("learn", "--algo", "fastsac", "--task", "g1_walk_flat", "--envs", "4096", "--name", "walk",
+                "--seconds", "450", "--segments", "2", "--gpu", "1", "--", "sim.task_cuda_graph=false")
+    assert lines[0].startswith("setsid nohup bash benchmarks/gpu_session.sh --out /tmp/session learn --foreground ")
+    assert lines[0].endswith("> /tmp/session/learn_walk.log 2>&1 < /dev/null &  # detached; then: wait")
+    assert 'eval "$(unilab mps env --gpu 1)"' in lines
+    base = ("timeout -s TERM 450 train --algo fastsac --task g1_walk_flat training.device=cuda:0 task.num_envs=4096 "
+            "algo.max_iterations=10000000 algo.save_interval=1000 training.log_dir=/tmp/learn +execution=mps "
+            "sim.task_cuda_graph=false")
+    assert commands(lines)[1:] == [
+        f"{base} training.run_name=walk",
+        f"{base} training.resume=/tmp/learn/walk",
+        "python3 benchmarks/plot_run.py /tmp/learn/walk --out /tmp/session/learn_walk.png "
+        "--keys episode_length episode_return rew/track_lin_vel_xy rew/track_ang_vel_z",
+    ]
+    # the detached job runs the same subcommand in the foreground: the same commands
+    again = shlex.split(lines[0].split(" > ")[0])[4:]  # after `setsid nohup bash SCRIPT`
+    assert commands(dry(*again)) == commands(lines)[1:]
+
+
+def test_learn_wait_and_bg():
+    assert dry("learn", "--wait", "300") == ["# follow /tmp/session/jobs/*.pid until each has its .rc, or 300 s pass"]
+    lines = dry("bg", "g6", "gate", "--algo", "fastsac", "--task", "g1_walk_flat", "--envs", "2048")
+    assert lines[0].startswith("setsid nohup bash benchmarks/gpu_session.sh --out /tmp/session gate --algo fastsac ")
+    assert any(line.startswith("train -m +execution=default,mps ") for line in lines)
+
+
+def test_missing_option_is_an_error():
+    out = subprocess.run(["bash", str(SCRIPT), "--dry-run", "gate", "--algo", "fastsac"], capture_output=True,
+                         text=True, cwd=ROOT)
+    assert out.returncode == 2 and "gate needs --task" in out.stderr
+
+
+def _documented_invocations():
+    for doc in DOCS:
+        text = doc.read_text()
+        found = re.findall(r"`([^`\n]*bash benchmarks/gpu_session\.sh[^`\n]*)`", text)
+        for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+            found += [line for line in block.splitlines() if "bash benchmarks/gpu_session.sh" in line]
+        for line in dict.fromkeys(found):
+            if "SUBCOMMAND" in line:  # the general form, not a command
+                continue
+            yield pytest.param(line, id=f"{doc.relative_to(ROOT)}: {line[:70]}")
+
+
+DOCUMENTED = list(_documented_invocations())
+
+
+def test_the_docs_use_the_script():
+    assert len(DOCUMENTED) >= 20
+
+
+@pytest.mark.parametrize("line", DOCUMENTED)
+def test_documented_invocation_expands(line):
+    argv = shlex.split(line.split("  #")[0])
+    env = dict(a.split("=", 1) for a in argv[:argv.index("bash")])  # e.g. TORCHINDUCTOR_...=1 bash ...
+    dry(*argv[argv.index("bash") + 2:], env=env)
+
+
+def test_documented_gate_expansion_is_the_scripts():
+    """The appendix's example (en and zh): the commands it lists are the dry-run's."""
+    for doc in (ROOT / "docs" / "en" / "performance.md", ROOT / "docs" / "zh" / "performance.md"):
+        blocks = re.findall(r"```bash\n(.*?)```", doc.read_text(), re.S)
+        listed = next(b for b in blocks if b.startswith("unilab mps start --gpu 0\ntrain -m")).splitlines()
+        expanded = commands(dry("mps-start") + dry("gate", "--algo", "fastsac", "--task", "g1_walk_flat",
+                                                   "--envs", "2048", "--seeds", "2", "--threshold", "10"))
+        assert expanded == listed, doc
+
+
+def test_documented_learning_run_is_the_scripts():
+    """Session 6's 400 s run as documented is what `learn` runs."""
+    for doc in (ROOT / "docs" / "en" / "performance.md", ROOT / "docs" / "zh" / "performance.md"):
+        block = next(b for b in re.findall(r"```bash\n(.*?)```", doc.read_text(), re.S) if "run_name=walk6" in b)
+        listed = block.replace("\\\n  ", "").splitlines()[0]
+        expanded = commands(dry("learn", "--algo", "fastsac", "--task", "g1_walk_flat", "--envs", "4096",
+                                "--name", "walk6", "--seconds", "400"))
+        assert listed in expanded, doc
