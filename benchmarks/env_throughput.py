@@ -28,15 +28,12 @@ def _time(fn, iters: int, sync) -> float:
 
 def bench(task: str, num_envs: int, device: str, iters: int, task_graph: bool = True) -> dict:
     import torch
-    from omegaconf import OmegaConf
 
-    from unilab.config.store import GROUP_SCHEMAS, _load
+    from unilab.registry import instantiate
     from unilab.tasks import make_env
 
-    task_schema = _load(next(t for g, n, t in GROUP_SCHEMAS if g == "task" and n == f"{task}_schema"))
-    sim_schema = _load(next(t for g, n, t in GROUP_SCHEMAS if g == "sim"))
-    task_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(task_schema), {"num_envs": num_envs}))
-    env = make_env(task_cfg, sim_schema(task_cuda_graph=task_graph), device, seed=0)
+    task_cfg = instantiate("task", {"name": task, "num_envs": num_envs})
+    env = make_env(task_cfg, instantiate("sim", {"task_cuda_graph": task_graph}), device, seed=0)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     actions = torch.zeros(num_envs, env.action_dim, device=device)
     env.reset()

@@ -145,29 +145,27 @@ def main() -> None:
     import torch
 
     from unilab.algos.base import make_learner
-    from unilab.config.store import group_object
+    from unilab.registry import instantiate
 
-    over = {"algo": {}, "task": {"num_envs": args.envs}, "sim": {}}
+    over = {"algo": {"name": args.algo}, "task": {"name": args.task, "num_envs": args.envs}, "sim": {}}
     for item in args.set:
         key, value = item.split("=", 1)
         group, _, field = key.partition(".")
         over[group][field] = json.loads(value) if value[:1] in "0123456789-[{tfn" else value
-    algo = group_object("algo", args.algo, over["algo"])
-    task = group_object("task", args.task, over["task"])
+    algo, task, sim = (instantiate(group, values) for group, values in over.items())
     device = torch.device("cuda:0")
     env = None
     if args.dims:
         dims = tuple(int(d) for d in args.dims.split(","))
     else:
-        from unilab.sim.config import MjWarpSimConfig
         from unilab.tasks import make_env
 
-        env = make_env(task, MjWarpSimConfig(**over["sim"]), str(device), seed=0)
+        env = make_env(task, sim, str(device), seed=0)
         dims = (env.obs_dim, env.critic_obs_dim, env.action_dim)
     obs_dim, critic_obs_dim, action_dim = dims
-    learner = make_learner(algo, *dims, device, seed=0)
-
     n = task.num_envs
+    learner = make_learner(algo, *dims, device, seed=0, num_envs=n)
+
     while not learner.ready():
         learner.add({
             "obs": torch.randn(n, obs_dim, device=device),

@@ -378,6 +378,15 @@ def test_export_onnx_matches_act(tmp_path):
     np.testing.assert_allclose(out, lrn.act(obs, deterministic=True).numpy(), atol=1e-5)
 
 
+def test_make_learner_takes_the_env_count_from_its_caller():
+    """The runtime passes its env count (`make_learner(num_envs=...)`); add() splits its rows into env steps
+    by it. Without it the config's own count is kept."""
+    unset = replace(TINY, num_envs=0)
+    assert make_learner(unset, OBS, CRITIC_OBS, ACT, "cpu", 0, num_envs=ENVS).reward_norm.num_envs == ENVS
+    assert make_learner(TINY, OBS, CRITIC_OBS, ACT, "cpu", 0).reward_norm.num_envs == ENVS
+    assert make_learner(unset, OBS, CRITIC_OBS, ACT, "cpu", 0).reward_norm.num_envs == 0
+
+
 def test_hydra_composes_flashsac_per_task():
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
@@ -393,6 +402,6 @@ def test_hydra_composes_flashsac_per_task():
             resolve=True,
         )
     assert walk["name"] == track["name"] == "flashsac"
-    assert walk["num_envs"] == 4096 and track["num_envs"] == 2048  # from the task
+    assert walk["num_envs"] == track["num_envs"] == 0  # the runtime passes the env count to make_learner
     assert track["batch_size"] == 8192 and track["target_action_std"] == 0.05
     assert walk["num_bins"] == 101 and walk["v_max"] == walk["reward_norm_max_return"]

@@ -1,4 +1,5 @@
-"""The interface every off-policy learner offers the runtime, and the registry that builds one by name.
+"""The interface every off-policy learner offers the runtime, and `make_learner`, which builds the one its
+config names (members: `unilab.registry`).
 
 Contract shared by all methods: nothing here may synchronise the host with the device (no `.item()`,
 no `nonzero`, no Python branch on a tensor value); bookkeeping that the host needs is kept in Python ints.
@@ -6,7 +7,7 @@ no `nonzero`, no Python branch on a tensor value); bookkeeping that the host nee
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
 import importlib.util
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
@@ -17,13 +18,6 @@ from torch import Tensor
 
 if TYPE_CHECKING:
     from unilab.algos.replay import ReplayBuffer
-
-# algo name -> "module:Class"; imported on first use so that an algorithm missing from a build costs nothing.
-LEARNERS: dict[str, str] = {
-    "fastsac": "unilab.algos.fastsac.learner:FastSACLearner",
-    "flashsac": "unilab.algos.flashsac.learner:FlashSACLearner",
-}
-
 
 class OffPolicyLearner(ABC):
     """Subclasses build their networks, set `use_graph`, `actor_schedule` (one entry per gradient step of
@@ -202,15 +196,19 @@ class OffPolicyLearner(ABC):
         )
 
 
-def learner_class(name: str) -> type[OffPolicyLearner]:
-    if name not in LEARNERS:
-        raise ValueError(f"unknown off-policy algorithm {name!r}; known: {', '.join(sorted(LEARNERS))}")
-    module, _, attr = LEARNERS[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
 def make_learner(
-    algo_cfg: Any, obs_dim: int, critic_obs_dim: int, action_dim: int, device: torch.device | str, seed: int
+    algo_cfg: Any, obs_dim: int, critic_obs_dim: int, action_dim: int, device: torch.device | str, seed: int,
+    *, num_envs: int = 0,
 ) -> OffPolicyLearner:
-    cls = learner_class(algo_cfg.name)
+    """The learner of the typed algo config `algo_cfg` (`unilab.registry.instantiate`).
+
+    num_envs: envs per env step of the rows that `add()` receives (tick-major). A learner whose config has
+    a `num_envs` field (FlashSAC's return normaliser splits rows into env steps) gets it there; 0 leaves
+    the config's value.
+    """
+    from unilab.registry import implementation
+
+    if num_envs and "num_envs" in {f.name for f in dataclasses.fields(algo_cfg)}:
+        algo_cfg = dataclasses.replace(algo_cfg, num_envs=num_envs)
+    cls = implementation("algo", algo_cfg.name)
     return cls(algo_cfg, obs_dim, critic_obs_dim, action_dim, torch.device(device), seed)

@@ -58,6 +58,7 @@ def evaluate(run: str, *, checkpoint: str | None = None, suites=("nominal", "rob
     import torch
 
     from unilab.evidence.atomic import write_json_atomic
+    from unilab.registry import instantiate
     from unilab.runtime.play import load_learner
     from unilab.tasks import make_env
 
@@ -70,11 +71,12 @@ def evaluate(run: str, *, checkpoint: str | None = None, suites=("nominal", "rob
     report = {"schema": EVAL_SCHEMA, "run": str(Path(run).resolve()), "checkpoint": str(ckpt),
               "task": config["task"]["name"], "algo": config["algo"]["name"], "device": device,
               "settings": vars(settings), "commands": [list(c) for c in walk.COMMAND_GRID], "suites": {}}
+    algo, sim = instantiate("algo", config["algo"]), instantiate("sim", config["sim"])
     for suite in suites:
-        task = _merge(config["task"], walk.task_overrides(suite, settings))
-        env = make_env(task, config["sim"], device, seed)
+        task = instantiate("task", _merge(config["task"], walk.task_overrides(suite, settings)))
+        env = make_env(task, sim, device, seed)
         try:
-            learner, state = load_learner(config, env, ckpt, device, seed)
+            learner, state = load_learner(algo, env, ckpt, device, seed)
         except ValueError as exc:
             raise EvalInputError(str(exc)) from exc
         report["iteration"], report["env_steps"] = int(state["iteration"]), int(state.get("env_steps", 0))

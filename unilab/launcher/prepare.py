@@ -153,11 +153,11 @@ def role_mps_env(training: dict) -> dict[str, dict[str, str]]:
 
 def check_algo(algo: dict) -> None:
     """The algorithm's own checks on its settings (its schema's `__post_init__`), before anything exists:
-    the runtime hands the learner the plain resolved values."""
-    from unilab.config.store import group_object
+    the learner types the same values again in its process."""
+    from unilab.registry import instantiate
 
     try:
-        group_object("algo", algo["name"], algo)
+        instantiate("algo", algo)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 

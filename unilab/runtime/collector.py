@@ -60,7 +60,7 @@ class Collector:
             torch.set_num_threads(1)  # learner and collector share the cores; tiny ops lose to thread overhead
         report_ready(spec.name("collector"), device, to_launcher)
         torch.manual_seed(spec.seed)
-        self.env = env = make_env(spec.config["task"], spec.config["sim"], str(device), spec.seed)
+        self.env = env = make_env(spec.task, spec.sim, str(device), spec.seed)
         self.k_ticks = int(spec.training["env_steps_per_sync"])
         self.dims = Dims(env.num_envs, env.obs_dim, env.critic_obs_dim, env.action_dim, self.k_ticks)
 

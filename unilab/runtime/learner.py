@@ -111,9 +111,9 @@ class LearnerLoop:
         from .checkpoint import load_checkpoint
 
         spec, dims, device, algo = self.spec, self.dims, self.device, self.spec.algo
-        self.learner = make_learner(_attrs(algo), dims.obs_dim, dims.critic_obs_dim, dims.action_dim, device,
-                                    spec.seed)
-        batch = int(algo["batch_size"])  # FlashSAC's critics see the batch and its successors stacked: 2x
+        self.learner = make_learner(algo, dims.obs_dim, dims.critic_obs_dim, dims.action_dim, device, spec.seed,
+                                    num_envs=dims.num_envs)
+        batch = algo.batch_size  # FlashSAC's critics see the batch and its successors stacked: 2x
         check_under_thread_share(device, "learner", shapes=weight_products(
             (self.learner.actor, self.learner.critic), (batch, 2 * batch, dims.num_envs)))
         self.iteration = spec.start_iteration
@@ -141,9 +141,9 @@ class LearnerLoop:
 
         torch, spec, device, algo = self.torch, self.spec, self.device, self.spec.algo
         self.segment_start = self.iteration
-        self.max_iterations = int(algo["max_iterations"])
-        self.save_interval = int(algo["save_interval"])
-        self.learning_starts = int(algo.get("learning_starts", 0))
+        self.max_iterations = algo.max_iterations
+        self.save_interval = algo.save_interval
+        self.learning_starts = algo.learning_starts
         self.nan_guard = bool(spec.training["nan_guard"]["enabled"])
         self.nan_trips = 0
         self.metrics = MetricsWriter(spec.rank_dir, start_iteration=self.iteration,
@@ -339,12 +339,3 @@ def _join_process_group(spec: RoleSpec, device) -> None:
         **({"device_id": device} if device.type == "cuda" else {}),
     )
 
-
-class _attrs(dict):
-    """Attribute access over the resolved algo config dict."""
-
-    def __getattr__(self, key):
-        try:
-            return self[key]
-        except KeyError as exc:
-            raise AttributeError(key) from exc

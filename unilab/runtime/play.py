@@ -22,16 +22,17 @@ def play(run_dir: str | Path, config: dict, device: str, *, checkpoint: str | No
     import torch
 
     from unilab.evidence.atomic import write_json_atomic
+    from unilab.registry import instantiate
     from unilab.tasks import make_env
 
     from .checkpoint import find_checkpoint
 
     ckpt = find_checkpoint(str(checkpoint or run_dir))
-    task = {**config["task"], **({"num_envs": int(num_envs)} if num_envs else {})}
+    task = instantiate("task", {**config["task"], **({"num_envs": int(num_envs)} if num_envs else {})})
     seed = int(config["training"]["seed"]) + 7919  # not the training envs' seed
-    env = make_env(task, config["sim"], device, seed)
+    env = make_env(task, instantiate("sim", config["sim"]), device, seed)
     n = env.num_envs
-    learner, state = load_learner(config, env, ckpt, device, seed)
+    learner, state = load_learner(instantiate("algo", config["algo"]), env, ckpt, device, seed)
     steps = int(steps or env.max_episode_length)
 
     obs = env.reset()
@@ -65,25 +66,26 @@ def play(run_dir: str | Path, config: dict, device: str, *, checkpoint: str | No
     return report
 
 
-def load_learner(config: dict, env, checkpoint, device: str, seed: int):
-    """The run's learner for `env`, with the checkpoint's weights; returns (learner, checkpoint dict).
-    A checkpoint whose shapes do not fit the run's config raises ValueError."""
+def load_learner(algo, env, checkpoint, device: str, seed: int):
+    """The learner of the typed algo config `algo` for `env`, with the checkpoint's weights; returns
+    (learner, checkpoint dict). A checkpoint whose shapes do not fit the config raises ValueError."""
+    import dataclasses
+
     import torch
 
     from unilab.algos.base import make_learner
 
     from .checkpoint import load_checkpoint
-    from .learner import _attrs
 
     # The replay is never sampled here: keep it one batch of envs small.
-    algo = _attrs({**config["algo"], "replay_capacity": env.num_envs})
+    algo = dataclasses.replace(algo, replay_capacity=env.num_envs)
     learner = make_learner(algo, env.obs_dim, env.critic_obs_dim, env.action_dim, torch.device(device), seed)
     state = load_checkpoint(checkpoint, device)
     try:
         learner.load_state_dict(state["learner"])
     except (RuntimeError, KeyError, TypeError) as exc:
-        raise ValueError(f"{checkpoint}: does not fit this run's {config['algo']['name']} learner "
-                         f"for {config['task']['name']} ({str(exc).splitlines()[0]})") from exc
+        raise ValueError(f"{checkpoint}: does not fit this run's {algo.name} learner "
+                         f"for {env.cfg.name} ({str(exc).splitlines()[0]})") from exc
     return learner, state
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 
@@ -36,13 +37,28 @@ class RoleSpec:
     def training(self) -> dict[str, Any]:
         return self.config["training"]
 
-    @property
-    def algo(self) -> dict[str, Any]:
-        return self.config["algo"]
+    @cached_property
+    def algo(self) -> Any:
+        """The typed algo config (its schema dataclass); `task` and `sim` likewise."""
+        return _typed(self.config, "algo")
+
+    @cached_property
+    def task(self) -> Any:
+        return _typed(self.config, "task")
+
+    @cached_property
+    def sim(self) -> Any:
+        return _typed(self.config, "sim")
 
     @property
     def seed(self) -> int:
         return int(self.training["seed"]) + 1000 * self.rank
+
+
+def _typed(config: dict[str, Any], group: str) -> Any:
+    from unilab.registry import instantiate
+
+    return instantiate(group, config[group])
 
 
 def report_ready(name: str, device, to_launcher) -> None:

@@ -11,12 +11,14 @@ class MjWarpSimConfig:
     backend: str = "mjwarp"
     timestep: float = 0.005
     decimation: int = 4  # physics substeps per policy step (50 Hz policy at 0.005 s)
-    nconmax: Optional[int] = None  # contacts per world (None: derived from the model)
+    nconmax: Optional[int] = None  # contacts per world (None: derived from the robot's collision geoms)
     njmax: Optional[int] = None  # constraint rows per world (None: derived from the model)
     cuda_graph: bool = True  # capture the decimated step as one CUDA graph on CUDA
     # Capture the task's post-physics work (observations, rewards, resets) as one CUDA graph on CUDA.
     task_cuda_graph: bool = True
-    overflow: str = "error"  # "error" | "count": reaction to contact/constraint overflow
+    # Reaction to a contact/constraint overflow: "error" makes check_overflow() raise; "count" only
+    # reports it (the sim_overflow metric).
+    overflow: str = "error"
     verbose: bool = False  # Warp module-load lines and MJWarp overflow prints
 
     def __post_init__(self) -> None:

@@ -56,7 +56,9 @@ class RandomizationConfig:
 class G1MotionTrackingConfig:
     name: str = "g1_motion_tracking"
     num_envs: int = 2048
-    motion_file: Optional[str] = None  # npz clip; None = the embedded default clip (synthesised, cached)
+    # npz clip; None: the embedded default clip, synthesised on first use into $XDG_CACHE_HOME/unilab/motion
+    # (or ~/.cache/unilab/motion).
+    motion_file: Optional[str] = None
     episode_length_s: float = 10.0  # episodes also end (truncated) at the end of the clip
     # rad per unit action around the stand pose; the default clip needs up to 1 rad offsets (knee raise).
     action_scale: float = 1.25
