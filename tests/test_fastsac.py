@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from unilab.algos.base import OffPolicyLearner, make_learner
+from unilab.algos.common import categorical_projection
 from unilab.algos.fastsac.config import FastSACConfig
-from unilab.algos.fastsac.learner import FastSACLearner, project_distribution
+from unilab.algos.fastsac.learner import FastSACLearner
 
 OBS, CRITIC_OBS, ACT, N = 8, 10, 3, 64
 TARGET_ACTION = torch.tensor([0.5, -0.3, 0.2])
@@ -27,9 +28,7 @@ TINY = FastSACConfig(
     num_atoms=51,
     v_min=-6.0,
     v_max=1.0,
-    critic_lr=3e-3,
-    actor_lr=3e-3,
-    alpha_lr=3e-3,
+    lr=3e-3,
     init_alpha=0.05,
     bf16=False,
     cuda_graph=False,
@@ -70,39 +69,55 @@ def filled(device="cpu", **overrides) -> FastSACLearner:
     return lrn
 
 
-# ---------------------------------------------------------------- C51 projection
+# ---------------------------------------------------------------- C51 projection (FastSAC scatters; both ways)
+
+METHODS = pytest.mark.parametrize("method", ["scatter", "dense"])
 
 
-def test_projection_hand_computed():
+@METHODS
+def test_projection_hand_computed(method):
     support = torch.tensor([-1.0, 0.0, 1.0])
     probs = torch.tensor([[0.2, 0.3, 0.5]])
     # r = 0.25, discount 0.5: atoms move to -0.25, 0.25, 0.75 (fractional indices 0.75, 1.25, 1.75).
     target_atoms = 0.25 + 0.5 * support.unsqueeze(0)
-    out = project_distribution(probs, target_atoms, support)
+    out = categorical_projection(probs, target_atoms, support, method)
     expected = torch.tensor([[0.2 * 0.25, 0.2 * 0.75 + 0.3 * 0.75 + 0.5 * 0.25, 0.3 * 0.25 + 0.5 * 0.75]])
     torch.testing.assert_close(out, expected)  # [0.05, 0.5, 0.45]
 
 
-def test_projection_terminal_collapses_onto_reward_and_clamps():
+@METHODS
+def test_projection_terminal_collapses_onto_reward_and_clamps(method):
     support = torch.linspace(-1.0, 1.0, 5)  # spacing 0.5
     probs = torch.softmax(torch.randn(3, 5), -1)
     reward = torch.tensor([0.25, 5.0, -1.0])  # between atoms, above v_max, exactly v_min
-    out = project_distribution(probs, reward.unsqueeze(-1).expand(3, 5), support)  # discount 0
+    out = categorical_projection(probs, reward.unsqueeze(-1).expand(3, 5), support, method)  # discount 0
     torch.testing.assert_close(out[0], torch.tensor([0.0, 0.0, 0.5, 0.5, 0.0]))
     torch.testing.assert_close(out[1], torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0]))
     torch.testing.assert_close(out[2], torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0]))
 
 
-def test_projection_keeps_mass_and_mean():
+@METHODS
+def test_projection_keeps_mass_and_mean(method):
     torch.manual_seed(0)
     support = torch.linspace(-10.0, 10.0, 101)
     probs = torch.softmax(torch.randn(256, 101), -1)
     target_atoms = (torch.rand(256, 1) - 0.5) * 0.6 + 0.97 * support  # stays inside the support
-    out = project_distribution(probs, target_atoms, support)
+    out = categorical_projection(probs, target_atoms, support, method)
     assert (out >= 0).all()
     torch.testing.assert_close(out.sum(-1), torch.ones(256))
     # Linear interpolation between neighbours preserves the expected value exactly.
     torch.testing.assert_close((out * support).sum(-1), (probs * target_atoms).sum(-1), atol=1e-4, rtol=1e-4)
+
+
+def test_projection_methods_agree_and_unknown_is_refused():
+    torch.manual_seed(0)
+    support = torch.linspace(-5.0, 5.0, 51)
+    probs = torch.softmax(torch.randn(32, 51), -1)
+    atoms = torch.randn(32, 1) * 3 + 0.9 * support  # some beyond either end
+    torch.testing.assert_close(categorical_projection(probs, atoms, support, "scatter"),
+                               categorical_projection(probs, atoms, support, "dense"))
+    with pytest.raises(ValueError, match="unknown method 'sparse'"):
+        categorical_projection(probs, atoms, support, "sparse")
 
 
 # ---------------------------------------------------------------- learner
@@ -175,6 +190,25 @@ def test_registry_builds_fastsac_and_rejects_unknown():
     assert lrn.target_entropy == -ACT
     with pytest.raises(ValueError, match="unknown off-policy algorithm 'nope'"):
         make_learner(replace(TINY, name="nope"), OBS, CRITIC_OBS, ACT, torch.device("cpu"), 0)
+
+
+def test_one_learning_rate_and_the_deprecated_per_optimiser_rates():
+    """`lr` sets critic, actor and temperature alike; the old per-optimiser keys warn, naming algo.lr, and
+    still set their own optimiser's rate (also from a plain attribute config, as the runtime hands over)."""
+    from types import SimpleNamespace
+
+    lrn = learner(lr=1e-3)
+    assert [opt.param_groups[0]["lr"] for opt in (lrn.critic_opt, lrn.actor_opt, lrn.alpha_opt)] == [1e-3] * 3
+    with pytest.warns(FutureWarning, match=r"algo.critic_lr is deprecated .* set algo.lr"):
+        cfg = replace(TINY, critic_lr=1e-2)
+    with pytest.warns(FutureWarning, match="algo.alpha_lr"):
+        replace(TINY, alpha_lr=1e-2)
+    plain = SimpleNamespace(**{**vars(TINY), "critic_lr": 1e-2, "alpha_lr": 2e-2})
+    for old in (make_learner(cfg, OBS, CRITIC_OBS, ACT, torch.device("cpu"), 0),
+                make_learner(plain, OBS, CRITIC_OBS, ACT, torch.device("cpu"), 0)):
+        assert old.critic_opt.param_groups[0]["lr"] == 1e-2
+        assert old.actor_opt.param_groups[0]["lr"] == TINY.lr
+    assert old.alpha_opt.param_groups[0]["lr"] == 2e-2
 
 
 def test_ready_counts_samples_against_batch_size_and_learning_starts():
@@ -309,6 +343,15 @@ def test_target_critic_tracks_online_critic():
     lrn2.update()
     for t, o in zip(lrn2.critic_target.parameters(), lrn2.critic.parameters()):
         assert torch.equal(t, o)
+
+
+def test_checkpoint_layout_is_unchanged():
+    """Checkpoints written by earlier versions must keep loading: the entries stay the same."""
+    sd = filled().state_dict()
+    assert set(sd) == {"actor", "critic", "critic_target", "obs_norm", "critic_obs_norm", "log_alpha",
+                       "actor_opt", "critic_opt", "alpha_opt", "num_updates"}
+    assert all(g["lr"] == TINY.lr for name in ("actor_opt", "critic_opt", "alpha_opt")
+               for g in sd[name]["param_groups"])
 
 
 def test_state_dict_round_trip():

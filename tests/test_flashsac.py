@@ -186,7 +186,22 @@ def test_config_imports_without_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "flashsac"
     cfg = FlashSACConfig()
-    assert (cfg.batch_size, cfg.num_bins, cfg.expansion, cfg.cuda_graph, cfg.bf16) == (2048, 101, 4, True, True)
+    assert (cfg.batch_size, cfg.num_atoms, cfg.expansion, cfg.cuda_graph, cfg.bf16) == (2048, 101, 4, True, True)
+
+
+def test_num_bins_is_a_deprecated_name_of_num_atoms():
+    """The old key warns, naming algo.num_atoms, and still sets the atom count: in the dataclass, and in a
+    plain attribute config (the runtime hands the learner the resolved dict, a run directory its own)."""
+    from types import SimpleNamespace
+
+    with pytest.warns(FutureWarning, match="algo.num_bins is deprecated .* algo.num_atoms"):
+        cfg = replace(TINY, num_bins=51)
+    assert (cfg.num_atoms, cfg.num_bins) == (51, None)
+    plain = SimpleNamespace(**{**vars(TINY), "num_bins": 51})
+    assert plain.num_atoms == 101
+    for c in (cfg, plain):
+        lrn = make_learner(c, OBS, CRITIC_OBS, ACT, "cpu", 0)
+        assert lrn.support.shape == (51,) and lrn.critic.head_bias.shape == (2, 51)
 
 
 def test_unit_norm_holds_after_optimiser_steps():
@@ -298,6 +313,15 @@ def test_publish_policy_and_repeated_noise_in_act():
         assert torch.equal(same, ~fresh[t])
 
 
+def test_checkpoint_layout_is_unchanged():
+    """Checkpoints written by earlier versions must keep loading: the entries stay the same, and the
+    optimisers' groups hold no learning rate (the shared schedule tensor is restored from lr_step)."""
+    sd = learner().state_dict()
+    assert set(sd) == {"actor", "critic", "critic_target", "reward_norm", "log_alpha", "lr_step",
+                       "actor_opt", "critic_opt", "alpha_opt", "num_updates"}
+    assert not any("lr" in g for name in ("actor_opt", "critic_opt", "alpha_opt") for g in sd[name]["param_groups"])
+
+
 def test_state_dict_round_trip_continues_identically():
     lrn = learner()
     for _ in range(2):
@@ -404,4 +428,4 @@ def test_hydra_composes_flashsac_per_task():
     assert walk["name"] == track["name"] == "flashsac"
     assert walk["num_envs"] == track["num_envs"] == 0  # the runtime passes the env count to make_learner
     assert track["batch_size"] == 8192 and track["target_action_std"] == 0.05
-    assert walk["num_bins"] == 101 and walk["v_max"] == walk["reward_norm_max_return"]
+    assert walk["num_atoms"] == 101 and walk["num_bins"] is None and walk["v_max"] == walk["reward_norm_max_return"]

@@ -1,5 +1,14 @@
-"""The interface every off-policy learner offers the runtime, and `make_learner`, which builds the one its
-config names (members: `unilab.registry`).
+"""The SAC skeleton every off-policy learner runs on, and `make_learner`, which builds the one its config
+names (members: `unilab.registry`).
+
+Design: one skeleton here; each algorithm supplies its networks, optimisers and losses (and a few hooks,
+listed on `OffPolicyLearner`). Chosen over two standalone files read top to bottom (LeanRL style) because
+what the learners share is not the textbook SAC update, which is short, but the machinery around it: the
+on-device replay, the static policy-delay schedule, compiled losses captured with the whole cycle as one
+CUDA graph after eager warm-up cycles, data-parallel gradient averaging, the acting copy ordered across
+CUDA streams, checkpoints that drop the graph and keep the optimisers capturable. Each rule of that
+machinery (no host sync, what must exist before capture, which stream waits for which) is easy to break
+and costly to find; written once, it is fixed once and tested once for both learners.
 
 Contract shared by all methods: nothing here may synchronise the host with the device (no `.item()`,
 no `nonzero`, no Python branch on a tensor value); bookkeeping that the host needs is kept in Python ints.
@@ -7,69 +16,147 @@ no `nonzero`, no Python branch on a tensor value); bookkeeping that the host nee
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib.util
+import math
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-if TYPE_CHECKING:
-    from unilab.algos.replay import ReplayBuffer
+from unilab.algos.config import with_renamed_keys
+from unilab.algos.distributed import GradAllReduce, broadcast_, dp_active
+from unilab.algos.replay import ReplayBuffer
+from unilab.runtime.protocol import transition_shapes
 
 class OffPolicyLearner(ABC):
-    """Subclasses build their networks, set `use_graph`, `actor_schedule` (one entry per gradient step of
-    a cycle), `metric_names`, and implement `_cycle()` (one update cycle returning stacked metrics)."""
+    """SAC with a categorical critic, a target critic and a learnt entropy temperature.
 
-    replay: ReplayBuffer
+    One call to `update` is one cycle of `updates_per_step` gradient steps. Each step samples a batch from
+    the on-device replay, trains the critic on the algorithm's loss, moves the target critic towards it
+    and, on the steps the static policy-delay schedule selects, trains the actor and the temperature
+    (log alpha). On CUDA the whole cycle is captured once as a CUDA graph and replayed afterwards.
+
+    An algorithm supplies `metric_names` and
+    - `_build_networks`, `_build_optimisers`, `_build_acting`: what it trains and what acts;
+    - `_critic_loss`, `_actor_loss`: its losses (compiled with the cycle, see `compiled`);
+    - `_onnx_policy`: the exported policy;
+    and, where it needs them, overrides the hooks that default to plain SAC: `_update_statistics` (in
+    `add`), `_compile_step_functions`, `_after_critic_step` (the target update), `_after_actor_step`,
+    `_actor_metrics`, `_cycle_end_metrics`, `_publish`, `_act`, and the checkpoint hooks `_extra_state`,
+    `_load_extra_state`, `_optimiser_state`, `_load_optimiser`, `_upgrade_checkpoint`.
+    """
+
+    # What update() returns, in this order: means over the cycle's steps, or `_cycle_end_metrics`.
     metric_names: tuple[str, ...] = ()
-    use_graph: bool = False
+    replay: ReplayBuffer
     _graph: torch.cuda.CUDAGraph | None = None
     _graph_metrics: Tensor | None = None
 
     def __init__(self, cfg: Any, obs_dim: int, critic_obs_dim: int, action_dim: int, device: torch.device, seed: int):
-        self.cfg = cfg
+        self.cfg = cfg = with_renamed_keys(cfg)
         self.obs_dim = obs_dim
         self.critic_obs_dim = critic_obs_dim
         self.action_dim = action_dim
-        self.device = torch.device(device)
+        self.device = dev = torch.device(device)
         self.seed = seed
+        if cfg.policy_delay < 1 or cfg.updates_per_step < cfg.policy_delay:
+            raise ValueError(
+                f"{cfg.name}: policy_delay ({cfg.policy_delay}) must be >= 1 and <= updates_per_step "
+                f"({cfg.updates_per_step}), or the actor would never be trained"
+            )
+        torch.manual_seed(seed)
+        self.on_cuda = dev.type == "cuda"
+        self.use_graph = self.on_cuda and bool(cfg.cuda_graph)
+        self.bf16 = self.on_cuda and bool(cfg.bf16)
 
-    @abstractmethod
-    def add(self, batch: dict[str, Tensor]) -> None:
-        """Append transitions (the fields of `unilab.runtime.protocol.TRANSITION_FIELDS`) to the replay and
-        update the observation normalisers."""
+        self.actor, self.critic = self._build_networks()
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(cfg.init_alpha), device=dev))
+        self.support = torch.linspace(cfg.v_min, cfg.v_max, cfg.num_atoms, device=dev)
+        self.critic_opt, self.actor_opt, self.alpha_opt = self._build_optimisers()
+        self._compile_step_functions()
 
-    def ready(self) -> bool:
-        """Whether the replay holds enough samples to start updating (host-side ints only)."""
-        return self.replay.size >= max(self.cfg.batch_size, self.cfg.learning_starts * self._chunk)
-
-    def _init_shared_state(self, metric_names: tuple[str, ...]) -> None:
-        """After the networks and optimisers exist: data parallelism, the replay, the cycle's schedule.
-
-        Data parallelism (one rank per GPU): start from rank 0's weights and average every gradient across
-        ranks before its optimiser step (actor and log_alpha in one collective). None: a single rank.
-        """
-        from unilab.algos.distributed import GradAllReduce, broadcast_, dp_active
-        from unilab.algos.replay import ReplayBuffer
-        from unilab.runtime.protocol import transition_shapes
-
-        cfg = self.cfg
+        # Data parallelism (one rank per GPU): start from rank 0's weights and average every gradient across
+        # ranks before its optimiser step (actor and log_alpha in one collective). None: a single rank.
+        # Running statistics (normalisers, BatchNorm) stay per rank, each over its own data.
         self._critic_grad_sync = None
         self._actor_grad_sync = None
         if dp_active():
             broadcast_(self.actor, self.critic, self.critic_target, self.log_alpha)
             self._critic_grad_sync = GradAllReduce(self.critic.parameters())
             self._actor_grad_sync = GradAllReduce([*self.actor.parameters(), self.log_alpha])
+
         shapes = transition_shapes(self.obs_dim, self.critic_obs_dim, self.action_dim)
         self.replay = ReplayBuffer(cfg.replay_capacity, {k: (shape, torch.float32) for k, shape in shapes.items()},
                                    self.device)
         self.actor_schedule = [k % cfg.policy_delay == cfg.policy_delay - 1 for k in range(cfg.updates_per_step)]
         self.num_updates = 0  # gradient steps taken, warm-up steps of the graph capture included
         self._chunk = 0  # rows per add(), for ready()
-        self.metric_names = metric_names
+
+        # Acting runs on a private copy of the policy, refreshed by publish_policy; events order the two
+        # (learner stream and acting stream). It is compiled with the cycle: under MPS its kernels queue
+        # behind the update's for SMs one by one, and it lies on the collector's critical path.
+        self.acting = self._build_acting()
+        self._act_fn = self._maybe_compiled(self.acting)
+        if self.on_cuda:
+            self._published = torch.cuda.Event()
+            self._acted = torch.cuda.Event()
+        self.publish_policy()
+
+    # ------------------------------------------------------------------ what each algorithm supplies
+
+    @abstractmethod
+    def _build_networks(self) -> tuple[nn.Module, nn.Module]:
+        """The actor and the critic, on the device (built in that order: the seed's draws depend on it);
+        also any normaliser of what they read."""
+
+    @abstractmethod
+    def _build_optimisers(self) -> tuple[torch.optim.Optimizer, torch.optim.Optimizer, torch.optim.Optimizer]:
+        """Optimisers of the critic, the actor and `log_alpha`, in that order. `capturable` where the cycle
+        is a CUDA graph (it keeps the step counters on the device); checkpoint loads keep each one's flag."""
+
+    @abstractmethod
+    def _build_acting(self) -> nn.Module:
+        """The acting copy of the policy: called as `_act_fn(obs, ...)` by `_act`, refreshed by `_publish`."""
+
+    @abstractmethod
+    def _critic_loss(self, data: dict[str, Tensor], idx: Tensor, alpha: Tensor) -> tuple[Tensor, Tensor]:
+        """The critic's loss on the replay rows `idx` of `data` (gathered inside, see `gather_rows`) and the
+        critic's mean expected value (q_mean); `alpha` is the temperature, detached."""
+
+    @abstractmethod
+    def _actor_loss(self, data: dict[str, Tensor], idx: Tensor, alpha: Tensor) -> tuple[Tensor, ...]:
+        """(actor loss, temperature loss, log-probs of the sampled actions, *extras for `_actor_metrics`).
+        Called with the critic frozen. The actor loss must read alpha detached and the temperature loss no
+        actor weight: one backward pass then gives each optimiser its own loss's gradient."""
+
+    @abstractmethod
+    def _onnx_policy(self) -> nn.Module:
+        """A copy of the policy as a module: obs -> deterministic action in [-1, 1], normaliser included."""
+
+    # ------------------------------------------------------------------ data
+
+    def add(self, batch: dict[str, Tensor]) -> None:
+        """Append transitions (the fields of `unilab.runtime.protocol.TRANSITION_FIELDS`) to the replay and update the algorithm's running statistics with them."""
+        n = batch["obs"].shape[0]
+        rows = {key: batch[key].to(self.device, dtype).reshape(n, *shape)
+                for key, (shape, dtype) in self.replay.spec.items()}
+        self.replay.extend(rows)
+        self._chunk = n
+        self._update_statistics(rows)
+
+    def _update_statistics(self, rows: dict[str, Tensor]) -> None:
+        """Running statistics of the stored rows (observation or reward normalisers); none in plain SAC."""
+
+    def ready(self) -> bool:
+        """Whether the replay holds enough samples to start updating (host-side ints only)."""
+        return self.replay.size >= max(self.cfg.batch_size, self.cfg.learning_starts * self._chunk)
+
+    # ------------------------------------------------------------------ training
 
     @property
     def compiled(self) -> bool:
@@ -81,6 +168,20 @@ class OffPolicyLearner(ABC):
         """`fn` compiled by inductor when `self.compiled`, else `fn` itself."""
         return torch.compile(fn, dynamic=False, mode=self.cfg.compile_mode) if self.compiled else fn
 
+    def _compile_step_functions(self) -> None:
+        """The losses as the cycle calls them: compiled by inductor (fusing the networks' norms and
+        activations, the softmaxes and the categorical projection, forward and backward) before the cycle
+        is captured, or the plain methods."""
+        self._critic_loss_fn = self._maybe_compiled(self._critic_loss)
+        self._actor_loss_fn = self._maybe_compiled(self._actor_loss)
+
+    def _autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16, cache_enabled=False)
+
+    def _expected(self, logits: Tensor) -> Tensor:
+        """Expected value of the categorical distributions with these logits, over the support."""
+        return (logits.float().softmax(-1) * self.support).sum(-1)
+
     @contextmanager
     def _critic_frozen(self):
         """The critic's weights need no gradient inside (the actor's loss reads the critic)."""
@@ -90,38 +191,65 @@ class OffPolicyLearner(ABC):
         finally:
             self.critic.requires_grad_(True)
 
-    def _actor_and_temperature_backward(self, actor_loss: Tensor, alpha_loss: Tensor) -> None:
-        """Gradients of both losses in one backward pass, then (data parallel) averaged in one collective.
-        The actor loss reads alpha detached and the temperature loss reads no actor weight, so each
-        optimiser still gets exactly its own loss's gradient."""
-        self.actor_opt.zero_grad(set_to_none=True)
-        self.alpha_opt.zero_grad(set_to_none=True)
-        (actor_loss + alpha_loss).backward()
-        if self._actor_grad_sync is not None:
-            self._actor_grad_sync()
+    def _step(self, update_actor: bool) -> dict[str, Tensor]:
+        """One gradient step of the critic, then of the actor and temperature where `update_actor`."""
+        data, idx = self.replay.storage, self.replay.sample_indices(self.cfg.batch_size)
+        alpha = self.log_alpha.detach().exp()
 
-    def _start_acting(self) -> None:
-        """After `self.acting` exists: order publish_policy (learner stream) against act (acting stream).
-        Acting is compiled with the cycle: under MPS its kernels queue behind the update's for SMs one by
-        one, and it lies on the collector's critical path (env step -> act -> env step)."""
-        self._act_fn = self._maybe_compiled(self.acting)
-        if self.on_cuda:
-            self._published = torch.cuda.Event()
-            self._acted = torch.cuda.Event()
-        self.publish_policy()
+        critic_loss, q_mean = self._critic_loss_fn(data, idx, alpha)
+        self.critic_opt.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        if self._critic_grad_sync is not None:
+            self._critic_grad_sync()
+        self.critic_opt.step()
+        self._after_critic_step()
+        out = {"critic_loss": critic_loss.detach(), "q_mean": q_mean}
 
-    def _store(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Append a batch of transitions to the replay in its dtypes and shapes; returns the stored rows."""
-        n = batch["obs"].shape[0]
-        rows = {key: batch[key].to(self.device, dtype).reshape(n, *shape)
-                for key, (shape, dtype) in self.replay.spec.items()}
-        self.replay.extend(rows)
-        self._chunk = n
-        return rows
+        if update_actor:
+            with self._critic_frozen():
+                actor_loss, alpha_loss, logp, *extras = self._actor_loss_fn(data, idx, alpha)
+            # Both losses in one backward pass, then (data parallel) averaged in one collective.
+            self.actor_opt.zero_grad(set_to_none=True)
+            self.alpha_opt.zero_grad(set_to_none=True)
+            (actor_loss + alpha_loss).backward()
+            if self._actor_grad_sync is not None:
+                self._actor_grad_sync()
+            self.actor_opt.step()
+            self._after_actor_step()
+            self.alpha_opt.step()
+            out["actor_loss"] = actor_loss.detach()
+            out.update(self._actor_metrics(logp, *extras))
+        return out
+
+    def _after_critic_step(self) -> None:
+        """After the critic's optimiser step: move the target critic towards it."""
+        self._polyak_target()
+
+    def _polyak_target(self) -> None:
+        """target <- target + tau * (critic - target), for every parameter (buffers are not averaged)."""
+        with torch.no_grad():
+            torch._foreach_lerp_(list(self.critic_target.parameters()), list(self.critic.parameters()), self.cfg.tau)
+
+    def _after_actor_step(self) -> None:
+        """After the actor's optimiser step (before the temperature's); nothing in plain SAC."""
+
+    def _actor_metrics(self, logp: Tensor, *extras: Tensor) -> dict[str, Tensor]:
+        """Metrics of an actor step, from the log-probs and the extras `_actor_loss` returned."""
+        return {"entropy": -logp.detach().mean()}
+
+    def _cycle_end_metrics(self) -> dict[str, Tensor]:
+        """Metrics read once, after the cycle's last step."""
+        return {"alpha": self.log_alpha.detach().exp()}
 
     def _cycle(self) -> Tensor:
-        """One cycle of `updates_per_step` gradient steps; returns the stacked `metric_names` scalars."""
-        raise NotImplementedError
+        """All steps of one update; returns the `metric_names` scalars, stacked."""
+        steps = [self._step(update_actor) for update_actor in self.actor_schedule]
+        at_end = self._cycle_end_metrics()
+
+        def value(name: str) -> Tensor:
+            return at_end[name] if name in at_end else torch.stack([s[name] for s in steps if name in s]).mean()
+
+        return torch.stack([value(name) for name in self.metric_names])
 
     def _capture(self) -> None:
         with torch.cuda.device(self.device):
@@ -129,7 +257,7 @@ class OffPolicyLearner(ABC):
             side = torch.cuda.Stream()
             side.wait_stream(stream)
             # Warm-up on a side stream so that lazy state (optimiser moments, cuBLAS workspaces, autocast
-            # kernels) exists before capture. These cycles are real updates on real data.
+            # kernels, compiled code) exists before capture. These cycles are real updates on real data.
             with torch.cuda.stream(side):
                 for _ in range(self.cfg.cuda_graph_warmup):
                     self._cycle()
@@ -156,28 +284,90 @@ class OffPolicyLearner(ABC):
         self.num_updates += len(self.actor_schedule)
         return dict(zip(self.metric_names, metrics.unbind()))
 
-    @abstractmethod
-    def publish_policy(self) -> None:
-        """Copy the trained actor and normaliser statistics into the acting copy used by `act`."""
+    # ------------------------------------------------------------------ acting
 
-    @abstractmethod
+    def publish_policy(self) -> None:
+        """Copy the trained actor (and what it reads) into the acting copy used by `act`."""
+        if self.on_cuda:
+            stream = torch.cuda.current_stream(self.device)
+            stream.wait_event(self._acted)  # don't overwrite weights an in-flight act() is reading
+            self._publish()
+            self._published.record(stream)
+        else:
+            self._publish()
+
+    def _publish(self) -> None:
+        self.acting.publish_from(self.actor)
+
+    @torch.no_grad()
     def act(self, obs: Tensor, deterministic: bool = False) -> Tensor:
         """Actions in [-1, 1] from the acting copy; safe on a different CUDA stream than `update`."""
+        if self.on_cuda:
+            torch.cuda.current_stream(self.device).wait_event(self._published)
+        action = self._act(obs, deterministic)
+        if self.on_cuda:
+            self._acted.record(torch.cuda.current_stream(self.device))
+        return action
 
-    @abstractmethod
+    def _act(self, obs: Tensor, deterministic: bool) -> Tensor:
+        return self._act_fn(obs, deterministic)
+
+    # ------------------------------------------------------------------ checkpoints
+
     def state_dict(self) -> dict:
-        """Networks, targets, optimisers, entropy temperature, normalisers, update counter (not the replay)."""
+        """Networks, targets, optimisers, entropy temperature, running statistics, update counter (not the
+        replay). Tensors alias the live ones: serialise before training on."""
+        return {
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict(),
+            "critic_target": self.critic_target.state_dict(),
+            **self._extra_state(),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "actor_opt": self._optimiser_state(self.actor_opt),
+            "critic_opt": self._optimiser_state(self.critic_opt),
+            "alpha_opt": self._optimiser_state(self.alpha_opt),
+            "num_updates": self.num_updates,
+        }
 
-    @abstractmethod
-    def load_state_dict(self, sd: dict) -> None: ...
+    def load_state_dict(self, sd: dict) -> None:
+        # Module loads copy in place, so a captured graph would still see the new weights; the optimisers
+        # however get fresh state tensors, so the graph is dropped and re-captured on the next update().
+        sd = self._upgrade_checkpoint(sd)
+        self.actor.load_state_dict(sd["actor"])
+        self.critic.load_state_dict(sd["critic"])
+        self.critic_target.load_state_dict(sd["critic_target"])
+        self._load_extra_state(sd)
+        with torch.no_grad():
+            self.log_alpha.copy_(sd["log_alpha"])
+        for name in ("actor_opt", "critic_opt", "alpha_opt"):
+            self._load_optimiser(getattr(self, name), sd[name])
+        self.num_updates = int(sd["num_updates"])
+        self._graph = None
+        self._graph_metrics = None
+        self.publish_policy()
 
-    @abstractmethod
-    def _onnx_policy(self) -> torch.nn.Module:
-        """A copy of the policy as a module: obs -> deterministic action in [-1, 1], normaliser included."""
+    def _extra_state(self) -> dict:
+        """The algorithm's own checkpoint entries (running statistics, schedules)."""
+        return {}
+
+    def _load_extra_state(self, sd: dict) -> None: ...
+
+    def _optimiser_state(self, opt: torch.optim.Optimizer) -> dict:
+        return opt.state_dict()
+
+    def _load_optimiser(self, opt: torch.optim.Optimizer, saved: dict) -> None:
+        # A checkpoint written on another device or mode carries its own `capturable` flag; use ours.
+        capturable = opt.defaults["capturable"]
+        groups = [{**g, "capturable": capturable} for g in saved["param_groups"]]
+        opt.load_state_dict({**saved, "param_groups": groups})
+
+    def _upgrade_checkpoint(self, sd: dict) -> dict:
+        """A checkpoint of an earlier version in today's layout."""
+        return sd
 
     def export_onnx(self, path: str) -> None:
         """Write the deterministic actor, normaliser included, as an ONNX model."""
-        # torch's ONNX exporter (torch.export based since 2.9) needs both packages.
+        # torch's ONNX exporter (torch.export based) needs both packages.
         missing = [pkg for pkg in ("onnx", "onnxscript") if importlib.util.find_spec(pkg) is None]
         if missing:
             raise RuntimeError(

@@ -17,20 +17,50 @@ from unilab.algos.normalizer import RunningNormalizer
 
 
 @torch.no_grad()
-def categorical_projection(probs: Tensor, atoms: Tensor, support: Tensor) -> Tensor:
-    """Project the distribution with mass `probs[..., j]` at `atoms[..., j]` onto the evenly spaced `support`.
+def categorical_projection(probs: Tensor, atoms: Tensor, support: Tensor, method: str = "dense") -> Tensor:
+    """C51 projection of the distribution with mass `probs[..., j]` at `atoms[..., j]` onto the evenly spaced
+    `support`: every atom is first clamped into [support[0], support[-1]], then its mass is split between the
+    two nearest support points in proportion to proximity. A target: no gradient.
 
-    Every atom is first clamped into [support[0], support[-1]]; its mass then goes to the two nearest support
-    points in proportion to proximity, i.e. support point i receives p_j * max(0, 1 - |atom_j - z_i| / dz).
-    Written as a dense (..., A, A) weighting rather than a scatter: deterministic on the GPU, and with one
-    in-place buffer it costs B * A^2 floats (84 MB at batch 2048 and 101 atoms). A target: no gradient.
+    Two ways to compute it, equal up to float rounding; each learner keeps the one its numbers were made with:
+    - "dense" (FlashSAC): support point i receives sum_j p_j * max(0, 1 - |atom_j - z_i| / dz), as a
+      (..., A, A) weighting with one in-place buffer: B * A^2 floats (84 MB for B = 2048, A = 101), and
+      deterministic on the GPU;
+    - "scatter" (FastSAC): each atom's two shares are scatter-added at its neighbours' indices: B * A floats,
+      but atomic (run-to-run varying) sums on the GPU.
     """
+    if method == "dense":
+        return _dense_projection(probs, atoms, support)
+    if method == "scatter":
+        return _scatter_projection(probs, atoms, support)
+    raise ValueError(f"categorical_projection: unknown method {method!r}; known: 'dense', 'scatter'")
+
+
+def _dense_projection(probs: Tensor, atoms: Tensor, support: Tensor) -> Tensor:
     v_min, v_max = support[0], support[-1]
     delta = (v_max - v_min) / (support.shape[0] - 1)
     # weight[..., i, j]: share of atom j that lands on support point i.
     weight = atoms.clamp(v_min, v_max).unsqueeze(-2) - support.unsqueeze(-1)
     weight.abs_().div_(delta).neg_().add_(1.0).clamp_(min=0.0)
     return weight.mul_(probs.unsqueeze(-2)).sum(-1)
+
+
+def _scatter_projection(probs: Tensor, atoms: Tensor, support: Tensor) -> Tensor:
+    num_atoms = support.shape[0]
+    v_min, v_max = support[0], support[-1]
+    delta = (v_max - v_min) / (num_atoms - 1)
+    pos = (atoms.clamp(v_min, v_max) - v_min) / delta  # fractional support index in [0, A-1]
+    # A non-finite atom must not become an out-of-range index (a device-side assert on the GPU, fatal to
+    # every MPS client); its NaN still reaches the loss through upper_weight, for the NaN guard.
+    lower = torch.nan_to_num(pos, nan=0.0).floor().clamp(0, num_atoms - 1)
+    upper_weight = pos - lower
+    lower_idx = lower.long()
+    # At the top point, pos == lower and the (clamped) upper neighbour receives zero mass.
+    upper_idx = (lower_idx + 1).clamp(max=num_atoms - 1)
+    out = torch.zeros_like(probs)
+    out.scatter_add_(-1, lower_idx, probs * (1.0 - upper_weight))
+    out.scatter_add_(-1, upper_idx, probs * upper_weight)
+    return out
 
 
 def warmup_cosine(

@@ -1,30 +1,78 @@
-"""Settings every off-policy learner shares; each algorithm extends this dataclass."""
+"""Settings every off-policy learner shares (importable without torch).
+
+Each algorithm's dataclass extends `OffPolicyAlgoConfig` with its own settings and overrides the shared
+defaults where its method differs; the shared defaults are FastSAC's. Hydra registers the algorithm
+dataclasses as `<algo>_schema`, and the YAML files in conf/algo/ extend those.
+"""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, ClassVar, Optional
+
+COMPILE_MODES = (None, "default", "max-autotune-no-cudagraphs")
+
+# Keys renamed since they were introduced: old -> new. A config that still sets an old key (to anything
+# but null) trains as before, its value taken for the new key, with a FutureWarning; the old keys remain
+# schema fields (null) only so that `algo.<old>=...` and older YAML files still compose.
+RENAMED = {"num_bins": "num_atoms"}
 
 
 @dataclass
 class OffPolicyAlgoConfig:
     name: str = "???"
+    # Learner iterations (one update cycle each) of a run, and the checkpoint period in iterations.
     max_iterations: int = 1000
     save_interval: int = 100
+
+    # One update cycle: `updates_per_step` gradient steps, each on `batch_size` transitions sampled
+    # uniformly from a replay of the newest `replay_capacity` ones.
     batch_size: int = 8192
     updates_per_step: int = 8
     replay_capacity: int = 1_000_000
-    gamma: float = 0.99
+    # Updates start once the replay holds `batch_size` samples and `learning_starts` adds' worth of rows.
     learning_starts: int = 10
+    gamma: float = 0.99
+    # Actor and temperature are trained on every `policy_delay`-th gradient step of a cycle.
+    policy_delay: int = 2
+    # Target critic: after every critic step, target <- target + tau * (critic - target).
+    tau: float = 0.1
+
+    # Hidden widths of the actor's and the critic's networks (each algorithm shapes its own).
+    actor_hidden_dim: int = 512
+    critic_hidden_dim: int = 768
+    # The actor's pre-tanh log-std is squashed smoothly (its gradient never vanishes) into
+    # [log_std_min, log_std_max].
+    log_std_min: float = -5.0
+    log_std_max: float = 0.0
+    # Categorical (C51) critic: a distribution over `num_atoms` returns evenly spaced on [v_min, v_max].
+    num_atoms: int = 101
+    v_min: float = -20.0
+    v_max: float = 20.0
+
+    # Learning rate of critic, actor and entropy temperature alike.
+    lr: float = 3e-4
+    # Entropy temperature at the start (it is learnt, as log alpha).
+    init_alpha: float = 0.001
+
+    # On CUDA: the networks under bf16 autocast, and the whole update cycle captured as one CUDA graph
+    # after `cuda_graph_warmup` eager cycles on a side stream (real updates, on real data).
+    bf16: bool = True
+    cuda_graph: bool = True
+    cuda_graph_warmup: int = 3
     # torch.compile the losses (fuses norms, activations, softmaxes and the categorical projection,
-    # forward and backward) before the cycle is captured; costs ~1 min at start-up.
-    # null: on where the cycle is a CUDA graph (cycle on the H200: FastSAC 28.5 -> 10.7 ms, FlashSAC
-    # 11.05 -> 3.12 ms), off on the CPU. The acting policy is compiled with it.
+    # forward and backward) before the cycle is captured; the acting policy is compiled with them.
+    # Costs start-up time and takes the cycle several times faster (docs/en/performance.md, sessions
+    # 3 and 4). null: on where the cycle is a CUDA graph, off on the CPU.
     compile: Optional[bool] = None
-    # Inductor's mode for those compiles: null (its default) or "max-autotune-no-cudagraphs" (GEMMs
-    # and reductions autotuned; minutes more at start-up). Modes with CUDA graphs are refused: the
+    # Inductor's mode for those compiles: null (its default), "default" or "max-autotune-no-cudagraphs"
+    # (GEMMs and reductions autotuned; a longer start-up). Modes with CUDA graphs are refused: the
     # learner captures the whole cycle itself.
     compile_mode: Optional[str] = None
+
+    # Deprecated keys this dataclass still accepts: old key -> what the warning tells to set instead.
+    DEPRECATED: ClassVar[dict[str, str]] = {}
 
     def __post_init__(self) -> None:
         if self.compile_mode not in COMPILE_MODES:
@@ -32,6 +80,28 @@ class OffPolicyAlgoConfig:
                 f"algo.compile_mode={self.compile_mode!r}: choose one of "
                 f"{', '.join('null' if m is None else m for m in COMPILE_MODES)}"
             )
+        for old, instead in self.DEPRECATED.items():
+            if getattr(self, old) is not None:
+                warnings.warn(f"algo.{old} is deprecated and will be removed: {instead}", FutureWarning, stacklevel=3)
+        for old, new in RENAMED.items():
+            if getattr(self, old, None) is not None:
+                setattr(self, new, getattr(self, old))
+                setattr(self, old, None)
 
 
-COMPILE_MODES = (None, "default", "max-autotune-no-cudagraphs")
+def with_renamed_keys(cfg: Any) -> Any:
+    """`cfg` itself, or where it still sets a renamed key (see RENAMED), a read-only view of it in which
+    that key's value answers for the new key. The learners read their config through this, so that a plain
+    attribute config reads as the dataclass does (the runtime, play and eval hand them the dataclass)."""
+    moved = {new: getattr(cfg, old) for old, new in RENAMED.items() if getattr(cfg, old, None) is not None}
+    return _RenamedKeys(cfg, moved) if moved else cfg
+
+
+class _RenamedKeys:
+    def __init__(self, cfg: Any, moved: dict[str, Any]):
+        self._cfg = cfg
+        self._moved = moved
+
+    def __getattr__(self, key: str) -> Any:
+        moved = self.__dict__["_moved"]
+        return moved[key] if key in moved else getattr(self.__dict__["_cfg"], key)

@@ -1,36 +1,35 @@
-"""FastSAC hyper-parameters (twin C51 critics, LayerNorm MLPs, automatic entropy)."""
+"""FastSAC hyper-parameters (twin C51 critics, LayerNorm MLPs, automatic entropy); the shared ones and
+their defaults are in unilab/algos/config.py."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar, Optional
 
 from unilab.algos.config import OffPolicyAlgoConfig
+
+_ONE_LR = "set algo.lr, the one learning rate of critic, actor and temperature (until removed, it still sets {})"
 
 
 @dataclass
 class FastSACConfig(OffPolicyAlgoConfig):
     name: str = "fastsac"
-    critic_hidden_dim: int = 768
-    actor_hidden_dim: int = 512
-    num_atoms: int = 101
-    v_min: float = -20.0
-    v_max: float = 20.0
-    critic_lr: float = 3e-4
-    actor_lr: float = 3e-4
-    alpha_lr: float = 3e-4
+    # AdamW's decoupled weight decay on actor and critic (never on log alpha: decay would drag alpha towards 1).
     weight_decay: float = 0.1
-    tau: float = 0.1
-    policy_delay: int = 2
-    init_alpha: float = 0.001
-    # target entropy = -action_dim * (1 - target_entropy_ratio): 0.0 is SAC's usual -|A|, 1.0 asks for 0 nats.
+    # Target entropy = -action_dim * (1 - target_entropy_ratio): 0.0 is SAC's usual -|A|, 1.0 asks for 0 nats.
     target_entropy_ratio: float = 0.0
-    # The actor's log-std is soft-clamped (differentiable everywhere) into [log_std_min, log_std_max];
-    # std above 1 only saturates tanh, so the upper bound is 0.
-    log_std_min: float = -5.0
-    log_std_max: float = 0.0
+    # Observations and critic observations are normalised by running statistics, then clipped to +-obs_clip.
     obs_normalization: bool = True
     obs_clip: float = 10.0
-    bf16: bool = True
-    cuda_graph: bool = True
-    # Eager update cycles run on a side stream before the graph is captured (they are real updates).
-    cuda_graph_warmup: int = 3
+
+    # Deprecated: per-optimiser learning rates, superseded by `lr`. Where set (not null), each still sets
+    # its optimiser's rate, so that older configs train as they did.
+    critic_lr: Optional[float] = None
+    actor_lr: Optional[float] = None
+    alpha_lr: Optional[float] = None
+
+    DEPRECATED: ClassVar[dict[str, str]] = {
+        "critic_lr": _ONE_LR.format("the critic's"),
+        "actor_lr": _ONE_LR.format("the actor's"),
+        "alpha_lr": _ONE_LR.format("the temperature's"),
+    }

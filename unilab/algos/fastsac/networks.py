@@ -10,11 +10,11 @@ from torch import Tensor, nn
 
 from unilab.algos.normalizer import RunningNormalizer
 
-# bf16 GEMMs whose operand widths are multiples of 8 (16 bytes) get cuBLAS's sm90 kernels; an odd width
-# (critic input 106 + 29, 101 atoms) or one of 98 falls back to align-1/2 kernels several times slower
-# (1.7 of 10.0 ms of the update cycle on the H200). So the first and last layers are padded: the input
-# with zero columns, the output with columns that are sliced off. Their padded weights start at zero
-# and get exactly zero gradient, so they stay zero and the function is the unpadded network's.
+# bf16 GEMMs whose operand widths are multiples of 8 (16 bytes) get cuBLAS's fast tensor-core kernels; other
+# widths (task observation sizes, 101 atoms) fall back to align-1/2 kernels several times slower (their
+# share of the update cycle: docs/en/performance.md, session 6). So the first and last layers are padded:
+# the input with zero columns, the output with columns that are sliced off. Their padded weights start at
+# zero and get exactly zero gradient, so they stay zero and the function is the unpadded network's.
 ALIGN = 8
 
 

@@ -1,8 +1,10 @@
-"""FlashSAC hyper-parameters (importable without torch: Hydra registers this dataclass as `flashsac_schema`)."""
+"""FlashSAC hyper-parameters (importable without torch: Hydra registers this dataclass as `flashsac_schema`);
+the shared ones are in unilab/algos/config.py, overridden here where FlashSAC's defaults differ."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar, Optional
 
 from unilab.algos.config import OffPolicyAlgoConfig
 
@@ -13,12 +15,10 @@ class FlashSACConfig(OffPolicyAlgoConfig):
     batch_size: int = 2048
     updates_per_step: int = 2
     replay_capacity: int = 2_000_000
-    # Actor and temperature are trained on every `policy_delay`-th gradient step of a cycle.
-    policy_delay: int = 2
     tau: float = 0.01
 
     # Networks: input BatchNorm -> unit-norm embedding -> `num_blocks` inverted residual blocks
-    # (width hidden * expansion inside) -> RMSNorm -> head. The critic is a 2-member ensemble.
+    # (width hidden * expansion inside) -> RMSNorm -> head. The critic is an ensemble of `num_critics`.
     actor_hidden_dim: int = 128
     actor_num_blocks: int = 2
     critic_hidden_dim: int = 256
@@ -26,19 +26,16 @@ class FlashSACConfig(OffPolicyAlgoConfig):
     expansion: int = 4
     num_critics: int = 2
     batchnorm_momentum: float = 0.01
-    # Pre-tanh log-std is squashed smoothly into [log_std_min, log_std_max].
     log_std_min: float = -10.0
     log_std_max: float = 2.0
 
-    # Categorical critic over returns of the *normalised* reward; keep |v| near reward_norm_max_return.
-    num_bins: int = 101
+    # The categorical critic is over returns of the *normalised* reward: keep |v| near reward_norm_max_return.
     v_min: float = -5.0
     v_max: float = 5.0
 
-    # Adam for actor, critic and temperature, all on one warm-up + cosine schedule:
-    # lr_init -> lr over lr_warmup_steps, then cosine lr -> lr_end until lr_decay_steps gradient steps
-    # (0: max_iterations * updates_per_step), constant afterwards.
-    lr: float = 3e-4
+    # Adam for actor, critic and temperature, all on one warm-up + cosine schedule: lr_init -> lr over
+    # lr_warmup_steps gradient steps, then cosine lr -> lr_end until lr_decay_steps (0: max_iterations *
+    # updates_per_step), constant afterwards.
     lr_init: float = 3e-4
     lr_end: float = 1.5e-4
     lr_warmup_steps: int = 0
@@ -57,13 +54,15 @@ class FlashSACConfig(OffPolicyAlgoConfig):
     noise_repeat_exponent: float = 2.0
 
     # Rewards are divided by max(std(G), max|G| / reward_norm_max_return), G being each env's running
-    # discounted return; the statistics are updated in add(). num_envs tells add() how its rows split into
-    # env steps (rows are tick-major); 0 takes the row count of the first add() as one step of all envs.
+    # discounted return; the statistics are updated in add(). Keep reward_norm_max_return equal to v_max.
     reward_normalization: bool = True
     reward_norm_max_return: float = 5.0
+    # How add()'s rows split into env steps (rows are tick-major), for those running returns; the runtime
+    # sets it to its env count (make_learner's num_envs). 0 takes the row count of the first add() as one
+    # step of all envs.
     num_envs: int = 0
 
-    bf16: bool = True
-    cuda_graph: bool = True
-    # Eager update cycles run on a side stream before the graph is captured (they are real updates).
-    cuda_graph_warmup: int = 3
+    # Deprecated: renamed num_atoms. Where set (not null), its value is taken for num_atoms.
+    num_bins: Optional[int] = None
+
+    DEPRECATED: ClassVar[dict[str, str]] = {"num_bins": "renamed algo.num_atoms, set that instead"}

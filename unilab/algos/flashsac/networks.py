@@ -193,14 +193,14 @@ class Actor(nn.Module):
 
 
 class CategoricalCritic(nn.Module):
-    """Ensemble of categorical Q-distributions over (critic_obs, action); returns logits (E, B, num_bins)."""
+    """Ensemble of categorical Q-distributions over (critic_obs, action); returns logits (E, B, num_atoms)."""
 
     def __init__(self, critic_obs_dim: int, action_dim: int, members: int, hidden_dim: int, num_blocks: int,
-                 expansion: int, momentum: float, num_bins: int):
+                 expansion: int, momentum: float, num_atoms: int):
         super().__init__()
         self.trunk = Trunk(members, critic_obs_dim + action_dim, hidden_dim, num_blocks, expansion, momentum)
-        self.head = UnitLinear(members, hidden_dim, num_bins)
-        self.head_bias = nn.Parameter(torch.zeros(members, num_bins))
+        self.head = UnitLinear(members, hidden_dim, num_atoms)
+        self.head_bias = nn.Parameter(torch.zeros(members, num_atoms))
 
     def forward(self, critic_obs: Tensor, action: Tensor, batch_stats: bool) -> Tensor:
         x = torch.cat([critic_obs, action.to(critic_obs.dtype)], dim=-1)
