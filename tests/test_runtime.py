@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from unilab.runtime.metrics import METRIC_KEYS, read_metrics
+from unilab.rundir.metrics import METRIC_KEYS, read_metrics
 
 pytestmark = pytest.mark.slow
 

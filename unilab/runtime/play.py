@@ -14,17 +14,16 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-PLAY_FILE = "play.json"
+from unilab.rundir.layout import PLAY_FILE
 
 
 def play(run_dir: str | Path, config: dict, device: str, *, checkpoint: str | None = None,
          num_envs: int | None = None, steps: int | None = None) -> dict[str, Any]:
     import torch
 
-    from unilab.evidence.atomic import write_json_atomic
+    from unilab.rundir.atomic import write_json_atomic
+    from unilab.rundir.checkpoint import find_checkpoint
     from unilab.tasks import make_env
-
-    from .checkpoint import find_checkpoint
 
     ckpt = find_checkpoint(str(checkpoint or run_dir))
     task = {**config["task"], **({"num_envs": int(num_envs)} if num_envs else {})}
@@ -71,8 +70,8 @@ def load_learner(config: dict, env, checkpoint, device: str, seed: int):
     import torch
 
     from unilab.algos.base import make_learner
+    from unilab.rundir.checkpoint import load_checkpoint
 
-    from .checkpoint import load_checkpoint
     from .learner import _attrs
 
     # The replay is never sampled here: keep it one batch of envs small.
@@ -104,7 +103,7 @@ def describe(report: dict) -> str:
 
 def main(args) -> int:
     """`unilab play RUN`: in this process, on `--device` (default: the run's training.device)."""
-    from unilab.evidence.run_config import load_run_config
+    from unilab.rundir.run_config import load_run_config
 
     try:
         config = load_run_config(args.run)

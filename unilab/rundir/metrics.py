@@ -1,4 +1,5 @@
-"""Per-iteration metrics: metrics.jsonl (schema-versioned), TensorBoard, a console line."""
+"""Per-iteration metrics: metrics.jsonl (schema-versioned), TensorBoard, a console line; and the
+one reader of metrics.jsonl (tests, resume, `unilab bench`, benchmarks/plot_run.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import sys
 import time
 from pathlib import Path
 
+from .layout import METRICS_FILE, TENSORBOARD_DIR
+
 METRICS_SCHEMA_VERSION = 1
-METRICS_FILE = "metrics.jsonl"
 
 # Every iteration row carries these keys (null when not measured yet, e.g. before learning starts).
 METRIC_KEYS = (
@@ -53,7 +55,7 @@ class MetricsWriter:
             from torch.utils.tensorboard import SummaryWriter
 
             # purge_step: a resumed run rewrites the steps logged after its checkpoint.
-            self._tb = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"),
+            self._tb = SummaryWriter(log_dir=str(Path(run_dir) / TENSORBOARD_DIR),
                                      purge_step=start_iteration if start_iteration > 0 else None)
         self._console_every_s = console_every_s
         self._last_console = 0.0
@@ -87,7 +89,7 @@ def _truncate_from(path: Path, iteration: int) -> None:
     """Drop rows logged after the checkpoint a run resumes from: they are about to be redone."""
     if not path.exists():
         return
-    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["iteration"] < iteration]
+    keep = [line for line, row in _parse(path, torn_tail_ok=False) if row["iteration"] < iteration]
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(line + "\n" for line in keep))
     tmp.replace(path)
@@ -119,8 +121,42 @@ def progress_line(row: dict, max_iterations: int) -> str:
     )
 
 
-def read_metrics(run_dir: str | Path) -> list[dict]:
+class MetricsError(ValueError):
+    """A line of metrics.jsonl that is not a metrics row."""
+
+
+def _parse(path: Path, *, torn_tail_ok: bool) -> list[tuple[str, dict]]:
+    """(line, row) for every row of the file, in file order; blank lines are skipped."""
+    lines = path.read_text().splitlines()
+    out = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            int(row["iteration"])  # every row has one: it orders the rows and places a resume
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            if torn_tail_ok and n == len(lines):  # a run killed mid-write leaves half a last line
+                break
+            raise MetricsError(f"{path}:{n}: not a metrics row") from None
+        out.append((line, row))
+    return out
+
+
+def read_metrics(run_dir: str | Path, *, latest_per_iteration: bool = False, torn_tail_ok: bool = False) -> list[dict]:
+    """The rows of <run_dir>/metrics.jsonl in file order ([] before the first row is written);
+    MetricsError names the first line that is not a row.
+
+    latest_per_iteration: one row per iteration, in iteration order; where an iteration repeats
+    (a resumed run redoes the iterations after its checkpoint) the row logged last wins.
+    torn_tail_ok: ignore an unreadable last line, for readers of a run that may still be writing
+    or was killed.
+    """
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [row for _, row in _parse(path, torn_tail_ok=torn_tail_ok)]
+    if not latest_per_iteration:
+        return rows
+    by_iteration = {int(row["iteration"]): row for row in rows}
+    return [by_iteration[i] for i in sorted(by_iteration)]
