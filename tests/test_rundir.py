@@ -47,3 +47,20 @@ def test_a_resumed_writer_drops_the_rows_it_redoes(tmp_path):
 
 def test_rank_dirs(tmp_path):
     assert rank_dir(tmp_path, 0) == tmp_path and rank_dir(tmp_path, 2) == tmp_path / "rank_2"
+
+
+def test_tracking_metrics_are_logged_against_env_steps_too(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    writer = MetricsWriter(tmp_path, tensorboard=True, console_every_s=1e9)
+    for it in range(3):
+        writer.write(it, 4096 * (it + 1), {"metrics/lin_vel_error": 0.5 - 0.1 * it, "episode_length": 10.0 * it},
+                     max_iterations=3)
+    writer.close()
+    acc = EventAccumulator(str(tmp_path / "tensorboard" / "by_env_steps")).Reload()
+    lin = acc.Scalars("metrics/lin_vel_error")
+    assert [e.step for e in lin] == [4096, 8192, 12288]
+    assert [round(e.value, 3) for e in lin] == [0.5, 0.4, 0.3]
+    assert [e.step for e in acc.Scalars("episode/length")] == [4096, 8192, 12288]
+    by_iteration = EventAccumulator(str(tmp_path / "tensorboard")).Reload()
+    assert [e.step for e in by_iteration.Scalars("metrics/lin_vel_error")] == [0, 1, 2]

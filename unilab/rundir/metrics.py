@@ -42,6 +42,10 @@ def _clean(value):
     return value if math.isfinite(value) else None
 
 
+# Logged a second time against env steps, with every task metric (tracking errors and the like).
+BY_ENV_STEPS = ("episode_return", "episode_length")
+
+
 class MetricsWriter:
     def __init__(self, run_dir: str | Path, *, start_iteration: int = 0, tensorboard: bool = True,
                  console_every_s: float = 2.0):
@@ -57,6 +61,11 @@ class MetricsWriter:
             # purge_step: a resumed run rewrites the steps logged after its checkpoint.
             self._tb = SummaryWriter(log_dir=str(Path(run_dir) / TENSORBOARD_DIR),
                                      purge_step=start_iteration if start_iteration > 0 else None)
+        # The quality curves once more against env steps (TensorBoard's own x axes are the step and
+        # wall-clock time): its own writer, made at the first row, whose env steps a resume purges from.
+        self._tb_env_steps = None
+        self._tb_dir = Path(run_dir) / TENSORBOARD_DIR / "by_env_steps" if tensorboard else None
+        self._resumed = start_iteration > 0
         self._console_every_s = console_every_s
         self._last_console = 0.0
 
@@ -73,16 +82,31 @@ class MetricsWriter:
             for key, value in row.items():
                 if key not in ("schema_version", "iteration", "time") and isinstance(value, float):
                     self._tb.add_scalar(_tb_tag(key), value, iteration)
+            self._write_by_env_steps(row)
         now = time.monotonic()
         if now - self._last_console >= self._console_every_s or iteration + 1 >= max_iterations:
             self._last_console = now
             print(progress_line(row, max_iterations), file=sys.stderr, flush=True)
         return row
 
+    def _write_by_env_steps(self, row: dict) -> None:
+        if self._tb_env_steps is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb_env_steps = SummaryWriter(log_dir=str(self._tb_dir),
+                                               purge_step=row["env_steps"] if self._resumed else None)
+        for key in BY_ENV_STEPS:
+            if isinstance(row.get(key), float):
+                self._tb_env_steps.add_scalar(_tb_tag(key), row[key], row["env_steps"])
+        for key, value in row.items():
+            if key.startswith("metrics/") and isinstance(value, float):
+                self._tb_env_steps.add_scalar(key, value, row["env_steps"])
+
     def close(self) -> None:
         self._file.close()
-        if self._tb is not None:
-            self._tb.close()
+        for tb in (self._tb, self._tb_env_steps):
+            if tb is not None:
+                tb.close()
 
 
 def _truncate_from(path: Path, iteration: int) -> None:
