@@ -7,20 +7,19 @@ per-iteration metric, smoothed over a window of iterations. Needs matplotlib (ex
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
+
+from unilab.rundir.layout import METRICS_FILE
+from unilab.rundir.metrics import read_metrics
 
 WEIGHTED = {"episode_length", "episode_return"}  # means over finished episodes: weight by their count
 
 
 def load_rows(run: Path) -> list[dict]:
     """metrics.jsonl rows by iteration; a row logged again after a resume replaces the older one."""
-    by_it = {}
-    for line in (run / "metrics.jsonl").read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            by_it[row["iteration"]] = row
-    return [by_it[i] for i in sorted(by_it)]
+    if not (run / METRICS_FILE).is_file():
+        raise FileNotFoundError(f"{run / METRICS_FILE}: no such file")
+    return read_metrics(run, latest_per_iteration=True)
 
 
 def smooth(rows: list[dict], key: str, window: int) -> tuple[list[float], list[float]]:

@@ -27,12 +27,12 @@ TEST_TIMEOUT_S = 90
 CONFIGS = {
     "fastsac": FastSACConfig(
         batch_size=32, updates_per_step=2, policy_delay=1, replay_capacity=1024, learning_starts=1,
-        critic_hidden_dim=16, actor_hidden_dim=16, num_atoms=11, critic_lr=3e-3, actor_lr=3e-3, alpha_lr=3e-3,
+        critic_hidden_dim=16, actor_hidden_dim=16, num_atoms=11, lr=3e-3,
         bf16=False, cuda_graph=False,
     ),
     "flashsac": FlashSACConfig(
         batch_size=32, updates_per_step=2, policy_delay=2, replay_capacity=1024, learning_starts=1,
-        actor_hidden_dim=16, critic_hidden_dim=16, actor_num_blocks=1, critic_num_blocks=1, num_bins=11,
+        actor_hidden_dim=16, critic_hidden_dim=16, actor_num_blocks=1, critic_num_blocks=1, num_atoms=11,
         num_envs=N, lr=3e-3, lr_init=3e-3, noise_repeat_max=4,
     ),
 }  # fmt: skip

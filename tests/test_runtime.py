@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from unilab.runtime.metrics import METRIC_KEYS, read_metrics
+from unilab.rundir.metrics import METRIC_KEYS, read_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -127,7 +127,7 @@ def test_collector_exception_stops_the_learner(tmp_path):
 
 
 def test_learner_exception_ends_the_collector(tmp_path):
-    done = train(tmp_path, "algo.max_iterations=200", "algo.critic_lr=1e30", "algo.actor_lr=1e30",
+    done = train(tmp_path, "algo.max_iterations=200", "algo.lr=1e30",
                  "training.nan_guard.enabled=true")
     assert done.returncode == 1, done.stderr[-4000:]
     run = only_run(tmp_path)

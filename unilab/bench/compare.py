@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from unilab.evidence.run_config import RUN_CONFIG_FILE, diff_configs
+from unilab.rundir.layout import is_run_dir
+from unilab.rundir.run_config import diff_configs
 
 from .extract import COUNTER_KEYS, DEFAULT_LAST, DEFAULT_SKIP_FIRST, TIMING_KEYS, RunError, extract
 
@@ -40,10 +41,10 @@ def expand_runs(paths: list[str]) -> list[Path]:
     out: list[Path] = []
     for raw in paths:
         path = Path(raw)
-        if (path / RUN_CONFIG_FILE).is_file() or not path.is_dir():
+        if is_run_dir(path) or not path.is_dir():
             out.append(path)
             continue
-        children = sorted(p for p in path.iterdir() if (p / RUN_CONFIG_FILE).is_file())
+        children = sorted(p for p in path.iterdir() if is_run_dir(p))
         if not children:
             raise RunError(f"{path}: neither a run directory nor a folder of run directories")
         out.extend(children)

@@ -12,10 +12,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from unilab.evidence.manifest import MANIFEST_FILE
-from unilab.evidence.run_config import RUN_CONFIG_FILE
-from unilab.launcher.summary import SUMMARY_FILE
-from unilab.runtime.metrics import METRIC_KEYS, METRICS_FILE
+from unilab.rundir.layout import MANIFEST_FILE, METRICS_FILE, RUN_CONFIG_FILE, SUMMARY_FILE
+from unilab.rundir.metrics import METRIC_KEYS, MetricsError, read_metrics
 
 DEFAULT_SKIP_FIRST = 50
 DEFAULT_LAST = 100
@@ -36,20 +34,11 @@ def _read_json(path: Path) -> dict:
         raise RunError(f"{path}: not valid JSON ({exc})") from exc
 
 
-def _rows(path: Path) -> list[dict]:
-    lines = path.read_text().splitlines()
-    by_iteration: dict[int, dict] = {}
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            by_iteration[int(row["iteration"])] = row  # a resumed run repeats iterations: the latest counts
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            if n == len(lines):  # a run killed mid-write leaves half a last line
-                break
-            raise RunError(f"{path}:{n}: not a metrics row") from None
-    return [by_iteration[i] for i in sorted(by_iteration)]
+def _rows(run: Path) -> list[dict]:
+    try:  # the run may have been killed mid-write: a torn last line is not an error here
+        return read_metrics(run, latest_per_iteration=True, torn_tail_ok=True)
+    except MetricsError as exc:
+        raise RunError(str(exc)) from None
 
 
 def _stats(values: list[float]) -> dict[str, Any]:
@@ -74,7 +63,7 @@ def extract(run: str | Path, *, last: int = DEFAULT_LAST, skip_first: int = DEFA
     summary = _read_json(run / SUMMARY_FILE)
     manifest = _read_json(run / MANIFEST_FILE)
     config = _read_json(run / RUN_CONFIG_FILE)
-    rows = _rows(run / METRICS_FILE)
+    rows = _rows(run)
     after_warmup = rows[skip_first:]
     if len(after_warmup) < last and not allow_short:
         raise RunError(f"{run}: {len(rows)} iterations in {METRICS_FILE}; {skip_first} skipped + {last} reported "

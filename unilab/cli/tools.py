@@ -8,14 +8,14 @@ import sys
 
 
 def _manifest_schema(args) -> int:
-    from unilab.evidence.manifest import manifest_json_schema
+    from unilab.rundir.manifest import manifest_json_schema
 
     print(json.dumps(manifest_json_schema(), indent=2))
     return 0
 
 
 def _config_diff(args) -> int:
-    from unilab.evidence.run_config import diff_configs, load_run_config
+    from unilab.rundir.run_config import diff_configs, load_run_config
 
     try:
         a, b = load_run_config(args.run_a), load_run_config(args.run_b)

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-EVAL_FILE = "eval.json"
+from unilab.rundir.layout import EVAL_FILE, is_run_dir
 EVAL_SCHEMA = "unilab.eval/1"
 EVALUATED_TASKS = ("g1_walk_flat",)
 
@@ -30,8 +30,8 @@ def _merge(base: dict, over: dict) -> dict:
 
 def check_inputs(run: str, checkpoint: str | None) -> tuple[dict, Path]:
     """The run's config and the checkpoint to evaluate, or EvalInputError."""
-    from unilab.evidence.run_config import load_run_config
-    from unilab.runtime.checkpoint import find_checkpoint, run_dir_of
+    from unilab.rundir.checkpoint import find_checkpoint, run_dir_of
+    from unilab.rundir.run_config import load_run_config
 
     try:
         config = load_run_config(run)
@@ -45,7 +45,7 @@ def check_inputs(run: str, checkpoint: str | None) -> tuple[dict, Path]:
     except FileNotFoundError as exc:
         raise EvalInputError(str(exc).replace("training.resume=", "")) from exc
     owner = run_dir_of(ckpt)
-    if checkpoint and (owner / "run_config.json").is_file():
+    if checkpoint and is_run_dir(owner):
         other = load_run_config(owner)
         theirs = (other["task"]["name"], other["algo"]["name"])
         if theirs != (task, algo):
@@ -57,8 +57,8 @@ def evaluate(run: str, *, checkpoint: str | None = None, suites=("nominal", "rob
              settings=None, out: str | None = None) -> dict:
     import torch
 
-    from unilab.evidence.atomic import write_json_atomic
     from unilab.registry import instantiate
+    from unilab.rundir.atomic import write_json_atomic
     from unilab.runtime.play import load_learner
     from unilab.tasks import make_env
 

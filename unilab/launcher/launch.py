@@ -15,15 +15,16 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
-from unilab.evidence.manifest import RankEvidence
 from unilab.mps import CudaProcessSharingError, Prerequisite, verify_mps_clients
 from unilab.mps.child_env import child_device_and_env, environ
 from unilab.mps.record import CudaProcessSharingEvidence
+from unilab.rundir.layout import NO_MPS_PIPE_DIR
+from unilab.rundir.manifest import RankEvidence
+from unilab.rundir.summary import RunSummary
 from unilab.runtime.protocol import Ready
 from unilab.runtime.spec import RoleSpec
 
 from .prepare import PreparedRun
-from .summary import RunSummary
 from .supervisor import STOP_GRACE_S, Supervisor
 
 EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -78,7 +79,7 @@ def _create_ranks(prepared: PreparedRun, ctx, to_launcher, stop_event, go_event)
     dist_port = _free_port() if len(devices) > 1 else None
     no_mps_dir = None
     if training.get("block_ambient_mps") and evidences[0].configured != "mps":
-        no_mps_dir = prepared.run_dir / "no_mps_pipe"  # empty: no daemon answers there
+        no_mps_dir = prepared.run_dir / NO_MPS_PIPE_DIR  # empty: no daemon answers there
         no_mps_dir.mkdir(exist_ok=True)
     ranks = []
     for rank, (device, evidence) in enumerate(zip(devices, evidences)):

@@ -13,11 +13,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from unilab.config.schema import EXECUTION_EVIDENCE_INTERPOLATION
-from unilab.evidence.manifest import RuntimeManifest
-from unilab.evidence.run_config import resolved_config, write_run_config
 from unilab.mps.record import CudaProcessSharingEvidence
-
-from .run_dir import new_run_dir
+from unilab.rundir.create import archive_segment, new_run_dir
+from unilab.rundir.layout import is_run_dir
+from unilab.rundir.manifest import RuntimeManifest
+from unilab.rundir.run_config import resolved_config, write_run_config
 
 
 class ConfigError(ValueError):
@@ -100,27 +100,16 @@ def _rank_evidence(evidence: CudaProcessSharingEvidence, devices: list[str], tim
 def _resume_target(resume: str | None) -> tuple[Path | None, str | None]:
     if not resume:
         return None, None
-    from unilab.runtime.checkpoint import find_checkpoint, run_dir_of
+    from unilab.rundir.checkpoint import find_checkpoint, run_dir_of
 
     try:
         checkpoint = find_checkpoint(resume)
     except FileNotFoundError as exc:
         raise ConfigError(str(exc)) from exc
     run_dir = run_dir_of(checkpoint)
-    if not (run_dir / "run_config.json").exists():
+    if not is_run_dir(run_dir):
         raise ConfigError(f"training.resume={resume}: {run_dir} is not a unilab run directory")
     return run_dir, str(checkpoint)
-
-
-def _archive_segment(run_dir: Path) -> None:
-    """Keep the evidence of earlier segments of a resumed run under segments/<n>/."""
-    segments = run_dir / "segments"
-    n = len(list(segments.glob("*"))) if segments.exists() else 0
-    target = segments / str(n)
-    target.mkdir(parents=True)
-    for name in ("run_config.json", "runtime_manifest.json", "run_summary.json"):
-        if (run_dir / name).exists():
-            (run_dir / name).replace(target / name)
 
 
 MPS_PRIORITY_LEVEL = {"normal": "0", "below_normal": "1"}  # CUDA_MPS_CLIENT_PRIORITY values
@@ -173,7 +162,7 @@ def prepare_run(cfg: DictConfig) -> PreparedRun:
     resume_dir, checkpoint = _resume_target(config["training"].get("resume"))
     if resume_dir is not None:
         run_dir = resume_dir
-        _archive_segment(run_dir)
+        archive_segment(run_dir)
     else:
         run_dir = new_run_dir(cfg.training.log_dir, cfg.training.run_name, str(cfg.algo.name), str(cfg.task.name))
     write_run_config(run_dir, config)

@@ -1,5 +1,5 @@
 """The MPS part of a run's evidence: what the probe found and what the launcher later verified,
-as frozen, JSON-serialisable records (`runtime_manifest.json` is written by unilab.evidence)."""
+as frozen, JSON-serialisable records (`runtime_manifest.json` is written by unilab.rundir.manifest)."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ import time
 import traceback
 
 from unilab.mps.gemm_check import check_under_thread_share, weight_products
+from unilab.rundir.layout import POLICY_ONNX_FILE
 
 from .messages import Mailbox, StopRequested, become_child
 from .protocol import (LEARNER_INBOX, LOSSES, TRANSITION_FIELDS, Act, Buffers, ChunkReady, Failed, Finished,
@@ -108,7 +109,7 @@ class LearnerLoop:
         """The algorithm's learner (checked under the MPS thread share), restored when resuming."""
         from unilab.algos.base import make_learner
 
-        from .checkpoint import load_checkpoint
+        from unilab.rundir.checkpoint import load_checkpoint
 
         spec, dims, device, algo = self.spec, self.dims, self.device, self.spec.algo
         self.learner = make_learner(algo, dims.obs_dim, dims.critic_obs_dim, dims.action_dim, device, spec.seed,
@@ -136,7 +137,8 @@ class LearnerLoop:
 
     def _init_bookkeeping(self) -> None:
         """Run settings, the metrics writer, the streams and the rings of stamps and host statistics."""
-        from .metrics import MetricsWriter
+        from unilab.rundir.metrics import MetricsWriter
+
         from .timing import Stamp
 
         torch, spec, device, algo = self.torch, self.spec, self.device, self.spec.algo
@@ -214,7 +216,7 @@ class LearnerLoop:
             self._log_oldest(timeout)
         self.save()
         if self.spec.training.get("export_onnx") and self.spec.rank == 0:
-            self.learner.export_onnx(f"{self.spec.run_dir}/policy.onnx")
+            self.learner.export_onnx(f"{self.spec.run_dir}/{POLICY_ONNX_FILE}")
 
     def _update_phase(self, s: int, st: dict) -> None:
         torch = self.torch
@@ -285,7 +287,7 @@ class LearnerLoop:
         self.last_row = self.metrics.write(i, p["env_steps"], values, max_iterations=self.max_iterations)
 
     def save(self) -> None:
-        from .checkpoint import save_checkpoint
+        from unilab.rundir.checkpoint import save_checkpoint
 
         if self.spec.rank != 0:  # the ranks hold identical weights; rank 0 writes them
             return

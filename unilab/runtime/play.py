@@ -14,18 +14,17 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-PLAY_FILE = "play.json"
+from unilab.rundir.layout import PLAY_FILE
 
 
 def play(run_dir: str | Path, config: dict, device: str, *, checkpoint: str | None = None,
          num_envs: int | None = None, steps: int | None = None) -> dict[str, Any]:
     import torch
 
-    from unilab.evidence.atomic import write_json_atomic
     from unilab.registry import instantiate
+    from unilab.rundir.atomic import write_json_atomic
+    from unilab.rundir.checkpoint import find_checkpoint
     from unilab.tasks import make_env
-
-    from .checkpoint import find_checkpoint
 
     ckpt = find_checkpoint(str(checkpoint or run_dir))
     task = instantiate("task", {**config["task"], **({"num_envs": int(num_envs)} if num_envs else {})})
@@ -74,8 +73,7 @@ def load_learner(algo, env, checkpoint, device: str, seed: int):
     import torch
 
     from unilab.algos.base import make_learner
-
-    from .checkpoint import load_checkpoint
+    from unilab.rundir.checkpoint import load_checkpoint
 
     # The replay is never sampled here: keep it one batch of envs small.
     algo = dataclasses.replace(algo, replay_capacity=env.num_envs)
@@ -106,7 +104,7 @@ def describe(report: dict) -> str:
 
 def main(args) -> int:
     """`unilab play RUN`: in this process, on `--device` (default: the run's training.device)."""
-    from unilab.evidence.run_config import load_run_config
+    from unilab.rundir.run_config import load_run_config
 
     try:
         config = load_run_config(args.run)

@@ -29,9 +29,9 @@ class RoleSpec:
     @property
     def rank_dir(self) -> str:
         """Where this rank writes metrics: the run directory for rank 0, rank_<r>/ below it otherwise."""
-        import os
+        from unilab.rundir.layout import rank_dir
 
-        return self.run_dir if self.rank == 0 else os.path.join(self.run_dir, f"rank_{self.rank}")
+        return str(rank_dir(self.run_dir, self.rank))
 
     @property
     def training(self) -> dict[str, Any]:

@@ -11,6 +11,8 @@ from typing import Any
 
 def write_json_atomic(path: str | os.PathLike, payload: Any) -> Path:
     path = Path(path)
+    # The temporary file sits next to the target, so the rename stays on one file system (atomic);
+    # fsync first, so a crash right after the rename cannot leave an empty file under the new name.
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:

@@ -1,4 +1,5 @@
-"""Per-iteration metrics: metrics.jsonl (schema-versioned), TensorBoard, a console line."""
+"""Per-iteration metrics: metrics.jsonl (schema-versioned), TensorBoard, a console line; and the
+one reader of metrics.jsonl (tests, resume, `unilab bench`, benchmarks/plot_run.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import sys
 import time
 from pathlib import Path
 
+from .layout import METRICS_FILE, TENSORBOARD_DIR
+
 METRICS_SCHEMA_VERSION = 1
-METRICS_FILE = "metrics.jsonl"
 
 # Every iteration row carries these keys (null when not measured yet, e.g. before learning starts).
 METRIC_KEYS = (
@@ -40,6 +42,10 @@ def _clean(value):
     return value if math.isfinite(value) else None
 
 
+# Logged a second time against env steps, with every task metric (tracking errors and the like).
+BY_ENV_STEPS = ("episode_return", "episode_length")
+
+
 class MetricsWriter:
     def __init__(self, run_dir: str | Path, *, start_iteration: int = 0, tensorboard: bool = True,
                  console_every_s: float = 2.0):
@@ -53,8 +59,13 @@ class MetricsWriter:
             from torch.utils.tensorboard import SummaryWriter
 
             # purge_step: a resumed run rewrites the steps logged after its checkpoint.
-            self._tb = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"),
+            self._tb = SummaryWriter(log_dir=str(Path(run_dir) / TENSORBOARD_DIR),
                                      purge_step=start_iteration if start_iteration > 0 else None)
+        # The quality curves once more against env steps (TensorBoard's own x axes are the step and
+        # wall-clock time): its own writer, made at the first row, whose env steps a resume purges from.
+        self._tb_env_steps = None
+        self._tb_dir = Path(run_dir) / TENSORBOARD_DIR / "by_env_steps" if tensorboard else None
+        self._resumed = start_iteration > 0
         self._console_every_s = console_every_s
         self._last_console = 0.0
 
@@ -71,23 +82,38 @@ class MetricsWriter:
             for key, value in row.items():
                 if key not in ("schema_version", "iteration", "time") and isinstance(value, float):
                     self._tb.add_scalar(_tb_tag(key), value, iteration)
+            self._write_by_env_steps(row)
         now = time.monotonic()
         if now - self._last_console >= self._console_every_s or iteration + 1 >= max_iterations:
             self._last_console = now
             print(progress_line(row, max_iterations), file=sys.stderr, flush=True)
         return row
 
+    def _write_by_env_steps(self, row: dict) -> None:
+        if self._tb_env_steps is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb_env_steps = SummaryWriter(log_dir=str(self._tb_dir),
+                                               purge_step=row["env_steps"] if self._resumed else None)
+        for key in BY_ENV_STEPS:
+            if isinstance(row.get(key), float):
+                self._tb_env_steps.add_scalar(_tb_tag(key), row[key], row["env_steps"])
+        for key, value in row.items():
+            if key.startswith("metrics/") and isinstance(value, float):
+                self._tb_env_steps.add_scalar(key, value, row["env_steps"])
+
     def close(self) -> None:
         self._file.close()
-        if self._tb is not None:
-            self._tb.close()
+        for tb in (self._tb, self._tb_env_steps):
+            if tb is not None:
+                tb.close()
 
 
 def _truncate_from(path: Path, iteration: int) -> None:
     """Drop rows logged after the checkpoint a run resumes from: they are about to be redone."""
     if not path.exists():
         return
-    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["iteration"] < iteration]
+    keep = [line for line, row in _parse(path, torn_tail_ok=False) if row["iteration"] < iteration]
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(line + "\n" for line in keep))
     tmp.replace(path)
@@ -119,8 +145,42 @@ def progress_line(row: dict, max_iterations: int) -> str:
     )
 
 
-def read_metrics(run_dir: str | Path) -> list[dict]:
+class MetricsError(ValueError):
+    """A line of metrics.jsonl that is not a metrics row."""
+
+
+def _parse(path: Path, *, torn_tail_ok: bool) -> list[tuple[str, dict]]:
+    """(line, row) for every row of the file, in file order; blank lines are skipped."""
+    lines = path.read_text().splitlines()
+    out = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            int(row["iteration"])  # every row has one: it orders the rows and places a resume
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            if torn_tail_ok and n == len(lines):  # a run killed mid-write leaves half a last line
+                break
+            raise MetricsError(f"{path}:{n}: not a metrics row") from None
+        out.append((line, row))
+    return out
+
+
+def read_metrics(run_dir: str | Path, *, latest_per_iteration: bool = False, torn_tail_ok: bool = False) -> list[dict]:
+    """The rows of <run_dir>/metrics.jsonl in file order ([] before the first row is written);
+    MetricsError names the first line that is not a row.
+
+    latest_per_iteration: one row per iteration, in iteration order; where an iteration repeats
+    (a resumed run redoes the iterations after its checkpoint) the row logged last wins.
+    torn_tail_ok: ignore an unreadable last line, for readers of a run that may still be writing
+    or was killed.
+    """
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [row for _, row in _parse(path, torn_tail_ok=torn_tail_ok)]
+    if not latest_per_iteration:
+        return rows
+    by_iteration = {int(row["iteration"]): row for row in rows}
+    return [by_iteration[i] for i in sorted(by_iteration)]

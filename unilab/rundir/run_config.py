@@ -10,8 +10,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from .atomic import write_json_atomic
+from .layout import RUN_CONFIG_FILE
 
-RUN_CONFIG_FILE = "run_config.json"
 # Computed, not configured: the probe's evidence lives in runtime_manifest.json instead.
 COMPUTED_KEYS = ("execution_evidence",)
 

@@ -7,9 +7,8 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, Field
 
-from unilab.evidence.atomic import write_json_atomic
-
-SUMMARY_FILE = "run_summary.json"
+from .atomic import write_json_atomic
+from .layout import SUMMARY_FILE
 
 
 class RunSummary(BaseModel):

@@ -17,9 +17,9 @@ from unilab import __version__
 from unilab.mps.record import CudaProcessSharingEvidence
 
 from .atomic import write_json_atomic
+from .layout import MANIFEST_FILE
 
 MANIFEST_SCHEMA_VERSION = 1
-MANIFEST_FILE = "runtime_manifest.json"
 
 
 class RankEvidence(BaseModel):

@@ -1,0 +1,176 @@
+"""`unilab eval`: the walk metrics on scripted dynamics, the PD torque against MuJoCo, and the command
+end to end on a tiny CPU run (report, table, bad input)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import mujoco
+import numpy as np
+import pytest
+import torch
+
+from unilab.assets import g1
+from unilab.eval import walk
+from unilab.eval.cli import EVAL_SCHEMA, main as eval_main  # noqa: F401  (the parser's entry)
+
+K = 2  # envs per command
+
+
+class ScriptedWalkEnv:
+    """Moves every base at `gain` times its held command; env 0 of the command block `falls_in`
+    terminates once, mid-hold. Only what `walk.rollout` reads."""
+
+    def __init__(self, gain: float, falls_in: int):
+        self.device = torch.device("cpu")
+        self.num_envs = K * len(walk.COMMAND_GRID)
+        self.dt = 0.02
+        self.gain, self.falls_in = gain, falls_in
+        self.mj_model = g1.build_g1_model()
+        nu = self.mj_model.nu
+        self.backend = SimpleNamespace(ctrl=torch.zeros(self.num_envs, nu))
+        self.joint_pos = torch.zeros(self.num_envs, nu)
+        self.joint_vel = torch.zeros(self.num_envs, nu)
+        self.t = 0
+
+    def hold_commands(self, commands):
+        self.commands = commands.clone()
+
+    def reset(self):
+        return torch.zeros(self.num_envs, 4)
+
+    def step(self, action):
+        self.t += 1
+        self.base_lin_vel_b = torch.cat([self.gain * self.commands[:, :2], torch.zeros(self.num_envs, 1)], dim=1)
+        self.base_ang_vel_b = torch.cat([torch.zeros(self.num_envs, 2), self.gain * self.commands[:, 2:]], dim=1)
+        terminated = torch.zeros(self.num_envs, dtype=torch.bool)
+        if self.t == 10:
+            terminated[self.falls_in * K] = True
+        return torch.zeros(self.num_envs, 4), None, None, terminated, None, None
+
+
+def test_rollout_errors_on_scripted_dynamics():
+    env = ScriptedWalkEnv(gain=0.8, falls_in=1)
+    settings = walk.WalkEvalSettings(envs_per_command=K, hold_s=0.6, window_s=0.2)
+    rows = walk.rollout(env, lambda obs: torch.zeros(obs.shape[0], 29), settings)
+    assert [r["command"] for r in rows] == [list(c) for c in walk.COMMAND_GRID]
+    for i, (row, cmd) in enumerate(zip(rows, walk.COMMAND_GRID)):
+        vx, vy, wz = cmd
+        assert row["achieved"] == pytest.approx([0.8 * vx, 0.8 * vy, 0.8 * wz], abs=1e-4)
+        assert row["lin_error"] == pytest.approx(0.2 * float(np.hypot(vx, vy)), abs=1e-5)
+        assert row["yaw_error"] == pytest.approx(0.2 * abs(wz), abs=1e-5)
+        assert row["fall_fraction"] == (0.5 if i == 1 else 0.0)
+        assert row["torque_share"] == 0.0  # targets on the joints, at rest
+    o = walk.overall(rows)
+    lin = [0.2 * float(np.hypot(c[0], c[1])) for c in walk.COMMAND_GRID]
+    assert o["lin_error"] == pytest.approx(sum(lin) / len(lin), abs=1e-5)
+    assert o["fall_fraction"] == pytest.approx(0.5 / len(walk.COMMAND_GRID))
+    assert walk.WalkEvalSettings().hold_s >= 10.0 and {(-0.5, 0, 0), (0, 0.4, 0), (0, 0, -0.8)} <= set(walk.COMMAND_GRID)
+
+
+def test_torque_share_is_the_actuator_force_over_its_limit():
+    env = ScriptedWalkEnv(gain=1.0, falls_in=0)
+    m = env.mj_model
+    d = mujoco.MjData(m)
+    mujoco.mj_resetDataKeyframe(m, d, 0)
+    gen = np.random.default_rng(0)
+    joints = m.actuator_trnid[:, 0]
+    d.qpos[m.jnt_qposadr[joints]] += gen.uniform(-0.3, 0.3, m.nu)
+    d.qvel[m.jnt_dofadr[joints]] = gen.uniform(-3.0, 3.0, m.nu)
+    d.ctrl[:] = g1.G1_DEFAULT_QPOS_JOINTS + gen.uniform(-1.5, 1.5, m.nu)  # some torques saturate
+    mujoco.mj_forward(m, d)
+    expected = np.mean(np.abs(d.actuator_force) / m.actuator_forcerange[:, 1])
+    env.backend.ctrl[:] = torch.as_tensor(d.ctrl, dtype=torch.float32)
+    env.joint_pos[:] = torch.as_tensor(d.qpos[m.jnt_qposadr[joints]], dtype=torch.float32)
+    env.joint_vel[:] = torch.as_tensor(d.qvel[m.jnt_dofadr[joints]], dtype=torch.float32)
+    share = walk.pd_torque_share(env)
+    assert share.shape == (env.num_envs,)
+    assert share[0].item() == pytest.approx(expected, rel=1e-4)
+    assert (np.abs(d.actuator_force) >= m.actuator_forcerange[:, 1] - 1e-6).any()
+
+
+def test_suites_change_the_randomisation_only():
+    s = walk.WalkEvalSettings(envs_per_command=3, hold_s=4.0)
+    nominal, robust = walk.task_overrides("nominal", s), walk.task_overrides("robust", s)
+    assert nominal["observations"]["noise_scale"] == 0.0 and nominal["randomization"]["push_interval_s"] is None
+    assert robust["randomization"]["friction_range"] == [0.3, 1.2] and robust["observations"]["noise_scale"] == 1.0
+    for over in (nominal, robust):
+        assert over["num_envs"] == 3 * len(walk.COMMAND_GRID) and over["episode_length_s"] > 4.0
+        assert over["randomization"]["stagger_first_episode"] is False
+    with pytest.raises(ValueError, match="unknown suite"):
+        walk.task_overrides("windy", s)
+
+
+SMOKE = ["+preset=cpu_smoke", "task.num_envs=8", "training.tensorboard=false", "algo.max_iterations=6",
+         "algo.save_interval=3"]
+TINY = ["--envs-per-command", "1", "--hold-s", "0.2", "--window-s", "0.1", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def walk_run(tmp_path_factory):
+    log_dir = tmp_path_factory.mktemp("eval_runs")
+    cmd = [sys.executable, "-m", "unilab.cli.train", *SMOKE, f"training.log_dir={log_dir}", "training.run_name=walk"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return log_dir / "walk"
+
+
+def _eval(*args) -> int:
+    from unilab.cli.tools import main as tools_main
+
+    return tools_main(["eval", *map(str, args)])
+
+
+@pytest.mark.slow
+def test_eval_writes_a_versioned_report_and_a_table(walk_run, capsys):
+    assert _eval(walk_run, *TINY) == 0
+    report = json.loads((walk_run / "eval.json").read_text())
+    assert report["schema"] == EVAL_SCHEMA and report["task"] == "g1_walk_flat" and report["algo"] == "fastsac"
+    assert report["iteration"] == 6 and set(report["suites"]) == {"nominal", "robust"}
+    for suite in report["suites"].values():
+        assert len(suite["per_command"]) == len(walk.COMMAND_GRID)
+        assert set(suite["overall"]) == {"lin_error", "yaw_error", "fall_fraction", "torque_share"}
+    table = capsys.readouterr().out
+    assert "[nominal]" in table and "[robust]" in table and "overall" in table
+    # An older checkpoint, one suite, another file.
+    out = walk_run / "eval_iter3.json"
+    ckpt = walk_run / "checkpoints" / "iter_0000003.pt"
+    assert _eval(walk_run, "--checkpoint", ckpt, "--suite", "nominal", "--out", out, "--json", *TINY) == 0
+    report = json.loads(out.read_text())
+    assert report["iteration"] == 3 and list(report["suites"]) == ["nominal"]
+
+
+@pytest.mark.slow
+def test_bad_input_exits_2_and_writes_nothing(walk_run, tmp_path, capsys):
+    assert _eval(tmp_path, *TINY) == 2
+    assert "not a run directory" in capsys.readouterr().err
+    # A run without checkpoints.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(walk_run / "run_config.json", bare / "run_config.json")
+    assert _eval(bare, *TINY) == 2
+    assert "no checkpoint" in capsys.readouterr().err
+    # A checkpoint of another algorithm's run.
+    other = tmp_path / "other"
+    (other / "checkpoints").mkdir(parents=True)
+    config = json.loads((walk_run / "run_config.json").read_text())
+    config["algo"]["name"] = "flashsac"
+    (other / "run_config.json").write_text(json.dumps(config))
+    shutil.copy(walk_run / "checkpoints" / "iter_0000003.pt", other / "checkpoints" / "iter_0000003.pt")
+    assert _eval(walk_run, "--checkpoint", other / "checkpoints" / "iter_0000003.pt", "--out", tmp_path / "x.json", *TINY) == 2
+    assert "checkpoint of flashsac" in capsys.readouterr().err
+    # A checkpoint whose shapes do not fit (not a run's file: nothing to compare names with).
+    stray = tmp_path / "stray.pt"
+    torch.save({"iteration": 1, "env_steps": 8, "learner": {"actor": {}}}, stray)
+    assert _eval(walk_run, "--checkpoint", stray, "--out", tmp_path / "y.json", *TINY) == 2
+    assert "does not fit" in capsys.readouterr().err
+    # A task without an evaluation.
+    config["task"]["name"], config["algo"]["name"] = "g1_motion_tracking", "fastsac"
+    (bare / "run_config.json").write_text(json.dumps(config))
+    assert _eval(bare, *TINY) == 2
+    assert "no evaluation for task" in capsys.readouterr().err
+    assert not list(tmp_path.rglob("*.json")) or {p.name for p in tmp_path.rglob("*.json")} == {"run_config.json"}

@@ -1,0 +1,66 @@
+"""The run directory's one metrics reader and its resume truncation, on files written by hand."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from unilab.rundir.layout import METRICS_FILE, rank_dir
+from unilab.rundir.metrics import MetricsError, MetricsWriter, read_metrics
+
+
+def write_rows(run, *iterations, tail=""):
+    run.mkdir(exist_ok=True)
+    lines = [json.dumps({"iteration": i, "env_steps": 10 * i, "tag": f"{i}@{n}"}) for n, i in enumerate(iterations)]
+    (run / METRICS_FILE).write_text("".join(line + "\n" for line in lines) + tail)
+
+
+def test_rows_in_file_order_or_latest_per_iteration(tmp_path):
+    assert read_metrics(tmp_path / "nothing_yet") == []
+    write_rows(tmp_path, 0, 1, 2, 1, 2)  # iterations 1 and 2 logged again
+    assert [r["iteration"] for r in read_metrics(tmp_path)] == [0, 1, 2, 1, 2]
+    rows = read_metrics(tmp_path, latest_per_iteration=True)
+    assert [r["tag"] for r in rows] == ["0@0", "1@3", "2@4"]
+
+
+def test_a_torn_last_line_is_an_error_unless_tolerated(tmp_path):
+    write_rows(tmp_path, 0, 1, tail='{"iteration": 2, "env_st')
+    with pytest.raises(MetricsError, match=f"{METRICS_FILE}:3: not a metrics row"):
+        read_metrics(tmp_path)
+    assert [r["iteration"] for r in read_metrics(tmp_path, torn_tail_ok=True)] == [0, 1]
+    (tmp_path / METRICS_FILE).write_text('{"iteration": 0}\nnot json\n{"iteration": 2}\n')
+    with pytest.raises(MetricsError, match=":2: not a metrics row"):  # only the last line may be torn
+        read_metrics(tmp_path, torn_tail_ok=True)
+
+
+def test_a_resumed_writer_drops_the_rows_it_redoes(tmp_path):
+    write_rows(tmp_path, 0, 1, 2, 3)
+    kept = (tmp_path / METRICS_FILE).read_text().splitlines()[:2]
+    writer = MetricsWriter(tmp_path, start_iteration=2, tensorboard=False, console_every_s=1e9)
+    writer.write(2, 20, {}, max_iterations=3)
+    writer.close()
+    lines = (tmp_path / METRICS_FILE).read_text().splitlines()
+    assert lines[:2] == kept  # untouched, byte for byte
+    assert [r["iteration"] for r in read_metrics(tmp_path)] == [0, 1, 2]
+
+
+def test_rank_dirs(tmp_path):
+    assert rank_dir(tmp_path, 0) == tmp_path and rank_dir(tmp_path, 2) == tmp_path / "rank_2"
+
+
+def test_tracking_metrics_are_logged_against_env_steps_too(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    writer = MetricsWriter(tmp_path, tensorboard=True, console_every_s=1e9)
+    for it in range(3):
+        writer.write(it, 4096 * (it + 1), {"metrics/lin_vel_error": 0.5 - 0.1 * it, "episode_length": 10.0 * it},
+                     max_iterations=3)
+    writer.close()
+    acc = EventAccumulator(str(tmp_path / "tensorboard" / "by_env_steps")).Reload()
+    lin = acc.Scalars("metrics/lin_vel_error")
+    assert [e.step for e in lin] == [4096, 8192, 12288]
+    assert [round(e.value, 3) for e in lin] == [0.5, 0.4, 0.3]
+    assert [e.step for e in acc.Scalars("episode/length")] == [4096, 8192, 12288]
+    by_iteration = EventAccumulator(str(tmp_path / "tensorboard")).Reload()
+    assert [e.step for e in by_iteration.Scalars("metrics/lin_vel_error")] == [0, 1, 2]

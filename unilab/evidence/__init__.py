@@ -1,1 +1,0 @@
-"""Run evidence: runtime_manifest.json, run_config.json, atomic writes."""

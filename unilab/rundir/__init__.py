@@ -1,0 +1,14 @@
+"""The run directory: its layout and file names, and every module that writes or reads them.
+
+- layout: the names (run_config.json, metrics.jsonl, checkpoints/, ...) and small path helpers.
+- atomic: JSON writes a concurrent reader never sees half of.
+- create: a new run directory; archiving a resumed run's earlier segment.
+- run_config: run_config.json and the diff between two runs' configs.
+- manifest: runtime_manifest.json.
+- summary: run_summary.json.
+- metrics: the metrics.jsonl writer (with TensorBoard and the console line) and its one reader.
+- checkpoint: saving, finding and loading checkpoints.
+
+Nothing is imported here: a user of one module (unilab.mps writes through `atomic`, and
+`manifest` imports unilab.mps.record) must not pull in the others and their dependencies.
+"""

@@ -1,0 +1,34 @@
+"""Run directories under training.log_dir, created only after the execution probe passed; a resumed
+run reuses its directory and first archives the evidence of the segment before it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+from .layout import SEGMENT_FILES, SEGMENTS_DIR
+
+
+def new_run_dir(log_dir: str, run_name: str | None, algo: str, task: str) -> Path:
+    base = Path(log_dir).expanduser().resolve()
+    name = run_name or f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{algo}_{task}"
+    # mkdir without exist_ok claims the name: two runs started in the same second get _1, _2, ...
+    for suffix in ("", *(f"_{i}" for i in range(1, 1000))):
+        candidate = base / f"{name}{suffix}"
+        try:
+            candidate.mkdir(parents=True, exist_ok=False)
+            return candidate
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{base / name}: too many runs with this name")
+
+
+def archive_segment(run_dir: Path) -> None:
+    """Keep the evidence of earlier segments of a resumed run under segments/<n>/."""
+    segments = run_dir / SEGMENTS_DIR
+    n = len(list(segments.glob("*"))) if segments.exists() else 0
+    target = segments / str(n)
+    target.mkdir(parents=True)
+    for name in SEGMENT_FILES:
+        if (run_dir / name).exists():
+            (run_dir / name).replace(target / name)
