@@ -6,7 +6,7 @@ and the nominal `unilab eval` of its checkpoints, with the targets. Needs matplo
 --start is the wall-clock time the command was started (seconds since the epoch; the default is
 each run's first metrics row), so the x axis includes the start-up and kernel compilation.
 Checkpoint evaluations are read from RUN_DIR/eval_iter_*.json (`unilab eval RUN --checkpoint F
---out RUN/eval_iter_N.json`); a checkpoint's time is its file's modification time.
+--out RUN/eval_iter_N.json`); a checkpoint's time is when it was written (`checkpoint_time`).
 """
 
 from __future__ import annotations
@@ -36,8 +36,7 @@ def eval_points(run: Path, start: float) -> list[tuple[float, float, float]]:
     for f in sorted(run.glob("eval_iter_*.json")):
         report = json.loads(f.read_text())
         o = report["suites"]["nominal"]["overall"]
-        ckpt = Path(report["checkpoint"])
-        t = os.path.getmtime(ckpt if ckpt.exists() else f)
+        t = report.get("checkpoint_time") or os.path.getmtime(report["checkpoint"])
         points.append(((t - start) / 60.0, o["lin_error"], o["yaw_error"]))
     return sorted(points)
 

@@ -131,6 +131,7 @@ def test_eval_writes_a_versioned_report_and_a_table(walk_run, capsys):
     report = json.loads((walk_run / "eval.json").read_text())
     assert report["schema"] == EVAL_SCHEMA and report["task"] == "g1_walk_flat" and report["algo"] == "fastsac"
     assert report["iteration"] == 6 and set(report["suites"]) == {"nominal", "robust"}
+    assert report["checkpoint_time"] == pytest.approx((walk_run / "checkpoints" / "iter_0000006.pt").stat().st_mtime)
     for suite in report["suites"].values():
         assert len(suite["per_command"]) == len(walk.COMMAND_GRID)
         assert set(suite["overall"]) == {"lin_error", "yaw_error", "fall_fraction", "torque_share"}

@@ -69,6 +69,7 @@ def evaluate(run: str, *, checkpoint: str | None = None, suites=("nominal", "rob
     device = device or str(config["training"]["device"])
     seed = int(config["training"]["seed"]) + 104729  # neither the training nor the play envs' seed
     report = {"schema": EVAL_SCHEMA, "run": str(Path(run).resolve()), "checkpoint": str(ckpt),
+              "checkpoint_time": Path(ckpt).stat().st_mtime,  # when it was written: learning curves in wall time
               "task": config["task"]["name"], "algo": config["algo"]["name"], "device": device,
               "settings": vars(settings), "commands": [list(c) for c in walk.COMMAND_GRID], "suites": {}}
     algo, sim = instantiate("algo", config["algo"]), instantiate("sim", config["sim"])
