@@ -17,6 +17,10 @@ class FastSACConfig(OffPolicyAlgoConfig):
     # A shorter horizon than the base's 0.99: on the G1 walk task it learned to track commands several
     # times more closely in the same wall time (ablation table in docs/en/walk.md).
     gamma: float = 0.97
+    # A plain `train --algo fastsac --task g1_walk_flat` ends with a policy that tracks its commands
+    # (docs/en/walk.md), and keeps a checkpoint of every stretch of it for `unilab eval`.
+    max_iterations: int = 10000
+    save_interval: int = 1000
     # AdamW's decoupled weight decay on actor and critic (never on log alpha: decay would drag alpha towards 1).
     weight_decay: float = 0.1
     # Target entropy = -action_dim * (1 - target_entropy_ratio): 0.0 is SAC's usual -|A|, 1.0 asks for 0 nats.
