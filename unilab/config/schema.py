@@ -56,7 +56,7 @@ class MpsPriority(str, Enum):
 class MpsClientPriority:
     """CUDA_MPS_CLIENT_PRIORITY per role (null: unset, i.e. normal). For `+execution=mps` runs;
     refused in null mode. A below-normal collector favours the learner's update where it is the
-    longer role; on the H200 that gained ~2 % (docs/en/performance.md, session 4)."""
+    longer role (measured in docs/en/performance.md)."""
 
     learner: Optional[MpsPriority] = None
     collector: Optional[MpsPriority] = None
@@ -73,8 +73,8 @@ class TrainingConfig(ExecutionConfig):
     run_name: Optional[str] = None
     resume: Optional[str] = None
     # Share of the replay capacity refilled (acting with the restored policy) before a resumed run updates.
-    # All envs restart at once, so a small refill holds only early-episode states: 25 % let the FastSAC
-    # walk run collapse at the resume on the H200 (recovered in ~5 M steps); a full refill is the default.
+    # All envs restart at once, so a small refill holds only early-episode states, and a FastSAC walk run
+    # has collapsed at such a resume (docs/en/performance.md); a full refill is the default.
     resume_refill_fraction: float = 1.0
     env_steps_per_sync: int = 1
     # null mode only: point the children at an empty pipe directory, so that a running MPS daemon

@@ -49,7 +49,7 @@ def learner_main(spec: RoleSpec, inbox, to_collector, to_launcher, stop_event, g
         if loop is not None:
             loop.close()
     if spec.world_size > 1:
-        # Seen on two H200s: after NCCL collectives captured in CUDA graphs, the learners hung in their
+        # After NCCL collectives captured in CUDA graphs, the learners hung in their
         # teardown. Everything is saved and reported: flush the launcher queue and leave at once.
         to_collector.cancel_join_thread()
         to_launcher.close()
