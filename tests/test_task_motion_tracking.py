@@ -160,7 +160,13 @@ def test_bad_motion_file_fails_before_the_backend(tmp_path):
     from unilab.motion import MotionClipError
     from unilab.tasks.g1_motion_tracking.env import G1MotionTrackingEnv
 
-    cfg = G1MotionTrackingConfig(num_envs=2, motion_file=str(tmp_path / "missing.npz"))
+    missing = tmp_path / "missing.npz"
+    # Typing the config loads and checks the clip (`train` does that at compose) ...
+    with pytest.raises(ValueError, match="task.motion_file=.*missing.npz.*file not found"):
+        G1MotionTrackingConfig(num_envs=2, motion_file=str(missing))
+    # ... and the env reads it again, before the backend compiles anything.
+    cfg = G1MotionTrackingConfig(num_envs=2, motion_file=str(save_motion_clip(synthesize(duration=1.0), missing)))
+    missing.unlink()
     with pytest.raises(MotionClipError, match="missing.npz"):
         G1MotionTrackingEnv(cfg, MjWarpSimConfig(), device="cpu", seed=0)
 

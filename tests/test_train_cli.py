@@ -244,3 +244,110 @@ def test_cuda_device_without_a_gpu_fails_before_anything_exists(tmp_path, spies,
     err = capsys.readouterr().err
     assert "training.device=cpu" in err and "Traceback" not in err
     assert not log_dir.exists() and spies[0].calls == []
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("task.num_envs=0", "task.num_envs=0: expected an integer >= 1"),
+    ("task.num_envs=-4", "task.num_envs=-4: expected an integer >= 1"),
+    ("algo.batch_size=0", "algo.batch_size=0: expected an integer >= 1"),
+    ("algo.batch_size=-1", "algo.batch_size=-1: expected an integer >= 1"),
+    ("algo.updates_per_step=0", "algo.updates_per_step=0: expected an integer >= 1"),
+    ("algo.policy_delay=0", "algo.policy_delay=0: expected an integer >= 1"),
+    ("algo.replay_capacity=0", "algo.replay_capacity=0: expected an integer >= 1"),
+    ("algo.save_interval=0", "algo.save_interval=0: expected an integer >= 1"),
+    ("training.env_steps_per_sync=0", "training.env_steps_per_sync=0: expected an integer >= 1"),
+    ("training.ingress_slots=0", "training.ingress_slots=0: expected an integer >= 1"),
+    ("sim.timestep=0", "sim.timestep=0.0: expected a finite number > 0"),
+    ("sim.timestep=-0.005", "sim.timestep=-0.005: expected a finite number > 0"),
+    ("sim.overflow=bogus", "sim.overflow='bogus': expected one of error, count"),
+    ("training.device=gpu", "training.device='gpu': expected cpu, cuda or cuda:N"),
+    ("algo.v_min=20", "algo.v_min=20.0: expected less than algo.v_max=20.0"),
+    ("algo.v_min=30", "algo.v_min=30.0: expected less than algo.v_max=20.0"),
+    ("algo.gamma=0", "algo.gamma=0.0: expected a discount in (0, 1]"),
+    ("algo.gamma=1.01", "algo.gamma=1.01: expected a discount in (0, 1]"),
+    ("algo.gamma=nan", "algo.gamma=nan: expected a discount in (0, 1]"),
+    ("training.resume_refill_fraction=-0.1", "training.resume_refill_fraction=-0.1: expected a share of the replay "
+                                             "capacity in [0, 1]"),
+    ("training.resume_refill_fraction=1.5", "training.resume_refill_fraction=1.5: expected a share"),
+    ("training.run_name=../x", "training.run_name='../x': expected a name relative to training.log_dir"),
+    ("training.run_name=a/../../x", "training.run_name='a/../../x': expected a name relative to training.log_dir"),
+    ("training.run_name=/tmp/elsewhere", "training.run_name='/tmp/elsewhere': expected a name relative to"),
+])
+def test_out_of_range_values_fail_at_compose(tmp_path, spies, capsys, override, needle):
+    """Each value is checked beside its field (its schema's __post_init__) and refused before anything exists:
+    exit 2, the key, its value and the allowed range on the console, no run directory."""
+    log_dir = tmp_path / "runs"
+    device = [] if override.startswith("training.device=") else ["training.device=cpu"]
+    assert run_train(*device, override, f"training.log_dir={log_dir}") == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+    assert not log_dir.exists() and not (tmp_path / "x").exists() and spies[0].calls == []
+
+
+@pytest.mark.parametrize("content, needle", [
+    (None, "file not found"),
+    (b"not a zip archive", "unreadable motion clip"),
+    ({"fps": 50.0}, "field 'body_names': missing"),
+])
+def test_bad_motion_file_fails_at_compose(tmp_path, spies, capsys, content, needle):
+    import numpy as np
+
+    clip = tmp_path / "clip.npz"
+    if isinstance(content, bytes):
+        clip.write_bytes(content)
+    elif content is not None:
+        np.savez(clip, **content)
+    log_dir = tmp_path / "runs"
+    code = run_train("--task", "g1_motion_tracking", "training.device=cpu", f"task.motion_file={clip}",
+                     f"training.log_dir={log_dir}")
+    err = capsys.readouterr().err
+    assert code == 2 and f"task.motion_file='{clip}': expected a G1 motion clip" in err and needle in err
+    assert not log_dir.exists() and spies[0].calls == []
+
+
+def test_a_valid_motion_file_composes(tmp_path, spies):
+    from unilab.motion.default_clip import default_clip_path
+
+    log_dir = tmp_path / "runs"
+    assert run_train("--task", "g1_motion_tracking", "training.device=cpu", f"task.motion_file={default_clip_path()}",
+                     f"training.log_dir={log_dir}") == 0
+    assert len(run_dirs(log_dir)) == 1
+
+
+@pytest.mark.parametrize("override", ["+training.some_typo=1", "+algo.some_typo=1", "+task.rewards.some_typo=1"])
+def test_an_appended_key_the_schema_lacks_is_refused(tmp_path, spies, capsys, override):
+    """`+key=value` adds a key past Hydra's check: refused like the override without `+`."""
+    log_dir = tmp_path / "runs"
+    assert run_train("training.device=cpu", override, f"training.log_dir={log_dir}") == 2
+    err = capsys.readouterr().err
+    key = override[1:].partition("=")[0]
+    assert f"{key}: no such key" in err and "Traceback" not in err
+    assert not log_dir.exists() and spies[0].calls == []
+
+
+def test_the_unknown_key_message_does_not_recommend_appending(tmp_path, spies, capsys):
+    log_dir = tmp_path / "runs"
+    assert run_train("training.some_typo=1", f"training.log_dir={log_dir}") == 2
+    err = capsys.readouterr().err
+    assert "some_typo" in err and "+training.some_typo" not in err and "append" not in err
+
+
+@pytest.mark.parametrize("override", ["training.learner_device=cuda:1", "training.collector_device=cuda:1"])
+def test_per_role_devices_are_not_keys(tmp_path, spies, capsys, override):
+    """Both roles of a rank run on training.device: a per-role device, which the probe and the manifest
+    recorded but the launcher never used, is refused."""
+    log_dir = tmp_path / "runs"
+    assert run_train("training.device=cpu", override, f"training.log_dir={log_dir}") == 2
+    assert override.partition("=")[0] in capsys.readouterr().err
+    assert not log_dir.exists() and spies[0].calls == []
+
+
+def test_manifest_devices_are_the_placement(tmp_path, spies):
+    log_dir = tmp_path / "runs"
+    assert run_train("training.device=cpu", f"training.log_dir={log_dir}") == 0
+    (run,) = run_dirs(log_dir)
+    sharing = json.loads((run / "runtime_manifest.json").read_text())["cuda_process_sharing"]
+    assert sharing["learner_device"] == sharing["collector_device"] == "cpu"
+    (prepared, _cfg), _ = spies[0].calls[0]
+    assert prepared.rank_devices == ["cpu"]
+    assert "learner_device" not in prepared.config["training"] and "collector_device" not in prepared.config["training"]

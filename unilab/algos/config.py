@@ -11,6 +11,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
+from unilab.checks import at_least_one, require
+
 COMPILE_MODES = (None, "default", "max-autotune-no-cudagraphs")
 
 # Keys renamed since they were introduced: old -> new. A config that still sets an old key (to anything
@@ -75,6 +77,11 @@ class OffPolicyAlgoConfig:
     DEPRECATED: ClassVar[dict[str, str]] = {}
 
     def __post_init__(self) -> None:
+        at_least_one("algo", self, ("save_interval", "batch_size", "updates_per_step", "replay_capacity",
+                                    "policy_delay"))
+        require(0 < self.gamma <= 1, "algo.gamma", self.gamma, "a discount in (0, 1]")
+        require(self.v_min < self.v_max, "algo.v_min", self.v_min, f"less than algo.v_max={self.v_max!r} "
+                "(the critic's return support is [v_min, v_max])")
         if self.compile_mode not in COMPILE_MODES:
             raise ValueError(
                 f"algo.compile_mode={self.compile_mode!r}: choose one of "

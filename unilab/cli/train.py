@@ -19,8 +19,9 @@ from unilab.config import register_configs, register_resolvers
 
 from .short_form import UsageError, expand_short_form
 
-# OmegaConf's message templates and type bookkeeping say nothing a user can act on.
-_NOISE = re.compile(r"\$VALUE|^\s*(reference_type|object_type)=")
+# OmegaConf's message templates and type bookkeeping say nothing a user can act on; Hydra's advice to
+# append an unknown key (`+key=value`) would only add a key the schemas lack, which `train` refuses.
+_NOISE = re.compile(r"\$VALUE|^\s*(reference_type|object_type)=|^To append to your config use \+")
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 EXIT_USAGE = 2
 

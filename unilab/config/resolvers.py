@@ -7,11 +7,12 @@ from omegaconf import OmegaConf
 from .schema import PROBE_RESOLVER
 
 
-def _probe(requested, learner_device, collector_device, backend, timeout_s):
+def _probe(requested, device, backend, timeout_s):
     from unilab.mps import probe
 
+    # Learner and collector both run on training.device (the roles of a rank share it).
     evidence = probe.probe_cuda_process_sharing(
-        requested, learner_device, collector_device, backend=backend, timeout_s=float(timeout_s)
+        requested, device, device, backend=backend, timeout_s=float(timeout_s)
     )
     return OmegaConf.create(evidence.model_dump(mode="json"))
 

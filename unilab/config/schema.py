@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import PurePath
 from typing import Any, List, Optional
 
 from omegaconf import MISSING
+
+from unilab.checks import at_least_one, require
 
 PROBE_RESOLVER = "unilab.cuda_process_sharing"
 
 # The probe runs when this node is resolved. `train` resolves it before anything else.
 EXECUTION_EVIDENCE_INTERPOLATION = (
-    "${" + PROBE_RESOLVER + ":${training.cuda_process_sharing},${training.learner_device},"
-    "${training.collector_device},${sim.backend},${training.mps_probe_timeout_s}}"
+    "${" + PROBE_RESOLVER + ":${training.cuda_process_sharing},${training.device},${sim.backend},"
+    "${training.mps_probe_timeout_s}}"
 )
+DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 
 
 class CudaProcessSharing(str, Enum):
@@ -64,9 +69,8 @@ class MpsClientPriority:
 
 @dataclass
 class TrainingConfig(ExecutionConfig):
+    # The device of both roles of a rank (learner and collector share it; `devices` adds ranks).
     device: str = "cuda:0"
-    learner_device: str = "${training.device}"
-    collector_device: str = "${training.device}"
     devices: Optional[List[int]] = None
     seed: int = 1
     log_dir: str = "runs"
@@ -93,6 +97,17 @@ class TrainingConfig(ExecutionConfig):
     stall_timeout_s: float = 120.0
     startup_timeout_s: float = 900.0
     tensorboard: bool = True
+
+    def __post_init__(self) -> None:
+        require(DEVICE.fullmatch(str(self.device)) is not None, "training.device", self.device,
+                "cpu, cuda or cuda:N")
+        require(0 <= self.resume_refill_fraction <= 1, "training.resume_refill_fraction",
+                self.resume_refill_fraction, "a share of the replay capacity in [0, 1]")
+        at_least_one("training", self, ("env_steps_per_sync", "ingress_slots"))
+        if self.run_name:
+            name = PurePath(self.run_name)
+            require(not name.is_absolute() and ".." not in name.parts, "training.run_name", self.run_name,
+                    "a name relative to training.log_dir, without '..' (the run directory stays inside it)")
 
 
 @dataclass

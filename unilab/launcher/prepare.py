@@ -140,21 +140,32 @@ def role_mps_env(training: dict) -> dict[str, dict[str, str]]:
     return env
 
 
-def check_algo(algo: dict) -> None:
-    """The algorithm's own checks on its settings (its schema's `__post_init__`), before anything exists:
-    the learner types the same values again in its process."""
-    from unilab.registry import instantiate
+def check_config(config: dict) -> None:
+    """Every group's own checks on its values (its schema's `__post_init__`: ranges, choices, files), and
+    keys the schemas lack (`+training.typo=1` adds one past Hydra), before anything exists: the children
+    type the same values again in their processes."""
+    from omegaconf.errors import ConfigKeyError
 
-    try:
-        instantiate("algo", algo)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    from unilab.config.schema import TrainingConfig
+    from unilab.registry import GROUPS, instantiate
+
+    for group in (*GROUPS, "training"):
+        try:
+            if group == "training":
+                OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainingConfig), config[group]))
+            else:
+                instantiate(group, config[group])
+        except ConfigKeyError as exc:
+            raise ConfigError(f"{group}.{exc.full_key}: no such key in the {group} schema (a typo? "
+                              f"`train --cfg job` lists the keys)") from None
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 def prepare_run(cfg: DictConfig) -> PreparedRun:
     evidence = execution_evidence(cfg)
     config = resolved_config(cfg)
-    check_algo(config["algo"])
+    check_config(config)
     mps_env = role_mps_env(config["training"])
     devices = rank_devices(config["training"])
     _check_gpus_visible(devices)

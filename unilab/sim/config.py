@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from unilab.checks import at_least_one, one_of, positive_finite
+
 
 @dataclass
 class MjWarpSimConfig:
@@ -22,7 +24,6 @@ class MjWarpSimConfig:
     verbose: bool = False  # Warp module-load lines and MJWarp overflow prints
 
     def __post_init__(self) -> None:
-        if self.overflow not in ("error", "count"):
-            raise ValueError(f"overflow must be 'error' or 'count', got {self.overflow!r}")
-        if self.decimation < 1:
-            raise ValueError("decimation must be >= 1")
+        positive_finite("sim.timestep", self.timestep)
+        at_least_one("sim", self, ("decimation",))
+        one_of("sim.overflow", self.overflow, ("error", "count"))

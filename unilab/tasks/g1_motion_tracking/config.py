@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from unilab.checks import at_least_one
+
 
 @dataclass
 class RewardWeights:
@@ -65,3 +67,22 @@ class G1MotionTrackingConfig:
     rewards: RewardConfig = field(default_factory=RewardConfig)
     terminations: TerminationConfig = field(default_factory=TerminationConfig)
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
+
+    def __post_init__(self) -> None:
+        at_least_one("task", self, ("num_envs",))
+        if self.motion_file is not None:
+            check_motion_file(self.motion_file)
+
+
+def check_motion_file(path: str) -> None:
+    """Load the clip as the env will (every field, the bodies the task tracks): a missing or invalid file
+    fails when the config is composed, not in the collector."""
+    from unilab.assets.g1 import G1_ANCHOR_BODY, G1_END_EFFECTORS, G1_TRACKING_BODIES
+    from unilab.motion.clip import MotionClipError, load_motion_clip
+
+    try:
+        load_motion_clip(path, body_names=list(dict.fromkeys([*G1_TRACKING_BODIES, G1_ANCHOR_BODY,
+                                                              *G1_END_EFFECTORS])))
+    except MotionClipError as exc:
+        raise ValueError(f"task.motion_file={path!r}: expected a G1 motion clip (.npz, see unilab/motion/clip.py; "
+                         f"`unilab motion synth` writes one): {exc}") from None

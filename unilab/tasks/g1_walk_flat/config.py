@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from unilab.checks import at_least_one
+
 
 @dataclass
 class CommandConfig:
@@ -111,3 +113,6 @@ class G1WalkFlatConfig:
     terminations: TerminationConfig = field(default_factory=TerminationConfig)
     observations: ObservationConfig = field(default_factory=ObservationConfig)
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
+
+    def __post_init__(self) -> None:
+        at_least_one("task", self, ("num_envs",))
