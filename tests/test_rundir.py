@@ -87,3 +87,20 @@ def test_evidence_files_follow_the_umask(tmp_path, umask):
     assert want == 0o666 & ~umask
     assert [stat.S_IMODE(p.stat().st_mode) for p in paths] == [want, want]
     assert os.umask(old) == old  # the umask is left as it was
+
+
+def test_the_console_line_of_a_failed_run_names_the_exception_and_its_fix(tmp_path):
+    from unilab.rundir.summary import RunSummary
+
+    tb = ("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"
+          "unilab.sim.mjwarp_backend.SimOverflowError: MJWarp capacity overflow; raise sim.nconmax / sim.njmax\n")
+    failed = RunSummary(status="failed", cause="the collector[0] raised an exception", failed_role="collector[0]",
+                        traceback=tb, wall_s=1.0)
+    lines = failed.console(tmp_path).splitlines()
+    assert lines == [f"unilab: run failed: the collector[0] raised an exception -> {tmp_path}",
+                     "  unilab.sim.mjwarp_backend.SimOverflowError: MJWarp capacity overflow; raise sim.nconmax / "
+                     "sim.njmax",
+                     f"  the full traceback: {tmp_path / 'run_summary.json'}"]
+    assert failed.console(tmp_path, written=False).splitlines() == lines[:2]
+    done = RunSummary(status="completed", wall_s=1.0)
+    assert done.console(tmp_path) == f"unilab: run completed -> {tmp_path}"
