@@ -91,13 +91,44 @@ def test_play_after_a_completed_run(finished_run):
     assert (report["num_envs"], report["steps"], report["iteration"]) == (4, 12, 20)
     assert 0 < report["mean_length"] <= 12 and math.isfinite(report["mean_return"])
     assert 0.0 <= report["terminated_fraction"] <= 1.0 and "unilab: play: 4 envs x 12 steps" in done.stderr
-    # the same from the tool, on any run directory and checkpoint
+    # the same from the tool, on any run directory and checkpoint: a new report, never over play.json
+    end_of_run = (run / "play.json").read_text()
     assert tools_main(["play", str(run), "--envs", "2", "--steps", "3",
                        "--checkpoint", str(run / "checkpoints" / "iter_0000010.pt")]) == 0
-    report = json.loads((run / "play.json").read_text())
+    assert (run / "play.json").read_text() == end_of_run
+    (written,) = run.glob("play_*.json")
+    report = json.loads(written.read_text())
     assert (report["num_envs"], report["steps"], report["iteration"]) == (2, 3, 10)
     assert report["mean_length"] <= 3
     assert tools_main(["play", str(run.parent / "no_such_run")]) == 2
+
+
+def test_play_tool_out_and_bad_input(finished_run, tmp_path, capsys):
+    """`unilab play`: --out takes the report; bad numbers, a directory --out and a corrupt checkpoint are
+    usage errors (exit 2, no traceback, no temporary file left)."""
+    from unilab.cli.tools import main as tools_main
+
+    _, run, _ = finished_run
+    out = tmp_path / "report.json"
+    assert tools_main(["play", str(run), "--envs", "2", "--steps", "2", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["steps"] == 2
+    capsys.readouterr()
+    good = (run / "checkpoints" / "iter_0000010.pt").read_bytes()
+    (tmp_path / "garbage.pt").write_bytes(b"not a checkpoint")
+    (tmp_path / "truncated.pt").write_bytes(good[: len(good) // 2])
+    cases = {
+        ("--steps", "-3"): "--steps -3", ("--envs", "0"): "--envs 0",
+        ("--out", str(tmp_path)): "is a directory",
+        ("--out", str(tmp_path / "no_dir" / "r.json")): "is not a directory",
+        ("--checkpoint", str(tmp_path / "garbage.pt")): "not a readable checkpoint",
+        ("--checkpoint", str(tmp_path / "truncated.pt")): "not a readable checkpoint",
+    }
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for args, needle in cases.items():
+        assert tools_main(["play", str(run), "--envs", "2", "--steps", "2", *args]) == 2, args
+        err = capsys.readouterr().err
+        assert needle in err and "Traceback" not in err, (args, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 def test_resume_continues_iterations_and_logs(finished_run):
