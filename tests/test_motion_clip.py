@@ -180,3 +180,31 @@ def test_synth_cli(tmp_path, capsys):
     assert load_motion_clip(out2).num_frames == 51
     with pytest.raises(SystemExit):
         synth_main(["--out", str(out), "--duration", "-1"])
+
+
+@pytest.mark.parametrize("duration", ["nan", "inf", "-inf", "1e9", "0.001", "0"])
+def test_synth_cli_refuses_durations_it_cannot_build(tmp_path, capsys, duration):
+    """Through the `unilab` tool: exit 2 naming --duration, no traceback, nothing written."""
+    from unilab.cli.tools import main as tools_main
+
+    with pytest.raises(SystemExit) as exc:
+        tools_main(["motion", "synth", "--out", str(tmp_path / "c.npz"), "--duration", duration])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--duration" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_synth_cli_out_is_a_directory(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        synth_main(["--out", str(tmp_path), "--duration", "0.1"])
+    assert exc.value.code == 2 and "is a directory" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_save_leaves_no_temporary_file_when_the_rename_fails(clip, tmp_path):
+    target = tmp_path / "taken"
+    (target / "inside").mkdir(parents=True)  # a non-empty directory: the rename fails
+    with pytest.raises(OSError):
+        save_motion_clip(clip, target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]

@@ -64,3 +64,43 @@ def test_tracking_metrics_are_logged_against_env_steps_too(tmp_path):
     assert [e.step for e in acc.Scalars("episode/length")] == [4096, 8192, 12288]
     by_iteration = EventAccumulator(str(tmp_path / "tensorboard")).Reload()
     assert [e.step for e in by_iteration.Scalars("metrics/lin_vel_error")] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_evidence_files_follow_the_umask(tmp_path, umask):
+    """run_config.json, runtime_manifest.json, run_summary.json are written atomically (mkstemp, 0600):
+    they take the umask's mode like metrics and checkpoints, so another user can read them."""
+    import os
+    import stat
+
+    from unilab.rundir.atomic import write_json_atomic
+    from unilab.rundir.summary import RunSummary
+
+    old = os.umask(umask)
+    try:
+        paths = [write_json_atomic(tmp_path / "run_config.json", {"a": 1}),
+                 RunSummary(status="completed", wall_s=1.0).write(tmp_path)]
+        (tmp_path / "metrics.jsonl").write_text("")
+    finally:
+        os.umask(old)
+    want = stat.S_IMODE((tmp_path / "metrics.jsonl").stat().st_mode)
+    assert want == 0o666 & ~umask
+    assert [stat.S_IMODE(p.stat().st_mode) for p in paths] == [want, want]
+    assert os.umask(old) == old  # the umask is left as it was
+
+
+def test_the_console_line_of_a_failed_run_names_the_exception_and_its_fix(tmp_path):
+    from unilab.rundir.summary import RunSummary
+
+    tb = ("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"
+          "unilab.sim.mjwarp_backend.SimOverflowError: MJWarp capacity overflow; raise sim.nconmax / sim.njmax\n")
+    failed = RunSummary(status="failed", cause="the collector[0] raised an exception", failed_role="collector[0]",
+                        traceback=tb, wall_s=1.0)
+    lines = failed.console(tmp_path).splitlines()
+    assert lines == [f"unilab: run failed: the collector[0] raised an exception -> {tmp_path}",
+                     "  unilab.sim.mjwarp_backend.SimOverflowError: MJWarp capacity overflow; raise sim.nconmax / "
+                     "sim.njmax",
+                     f"  the full traceback: {tmp_path / 'run_summary.json'}"]
+    assert failed.console(tmp_path, written=False).splitlines() == lines[:2]
+    done = RunSummary(status="completed", wall_s=1.0)
+    assert done.console(tmp_path) == f"unilab: run completed -> {tmp_path}"

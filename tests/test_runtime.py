@@ -91,13 +91,44 @@ def test_play_after_a_completed_run(finished_run):
     assert (report["num_envs"], report["steps"], report["iteration"]) == (4, 12, 20)
     assert 0 < report["mean_length"] <= 12 and math.isfinite(report["mean_return"])
     assert 0.0 <= report["terminated_fraction"] <= 1.0 and "unilab: play: 4 envs x 12 steps" in done.stderr
-    # the same from the tool, on any run directory and checkpoint
+    # the same from the tool, on any run directory and checkpoint: a new report, never over play.json
+    end_of_run = (run / "play.json").read_text()
     assert tools_main(["play", str(run), "--envs", "2", "--steps", "3",
                        "--checkpoint", str(run / "checkpoints" / "iter_0000010.pt")]) == 0
-    report = json.loads((run / "play.json").read_text())
+    assert (run / "play.json").read_text() == end_of_run
+    (written,) = run.glob("play_*.json")
+    report = json.loads(written.read_text())
     assert (report["num_envs"], report["steps"], report["iteration"]) == (2, 3, 10)
     assert report["mean_length"] <= 3
     assert tools_main(["play", str(run.parent / "no_such_run")]) == 2
+
+
+def test_play_tool_out_and_bad_input(finished_run, tmp_path, capsys):
+    """`unilab play`: --out takes the report; bad numbers, a directory --out and a corrupt checkpoint are
+    usage errors (exit 2, no traceback, no temporary file left)."""
+    from unilab.cli.tools import main as tools_main
+
+    _, run, _ = finished_run
+    out = tmp_path / "report.json"
+    assert tools_main(["play", str(run), "--envs", "2", "--steps", "2", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["steps"] == 2
+    capsys.readouterr()
+    good = (run / "checkpoints" / "iter_0000010.pt").read_bytes()
+    (tmp_path / "garbage.pt").write_bytes(b"not a checkpoint")
+    (tmp_path / "truncated.pt").write_bytes(good[: len(good) // 2])
+    cases = {
+        ("--steps", "-3"): "--steps -3", ("--envs", "0"): "--envs 0",
+        ("--out", str(tmp_path)): "is a directory",
+        ("--out", str(tmp_path / "no_dir" / "r.json")): "is not a directory",
+        ("--checkpoint", str(tmp_path / "garbage.pt")): "not a readable checkpoint",
+        ("--checkpoint", str(tmp_path / "truncated.pt")): "not a readable checkpoint",
+    }
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for args, needle in cases.items():
+        assert tools_main(["play", str(run), "--envs", "2", "--steps", "2", *args]) == 2, args
+        err = capsys.readouterr().err
+        assert needle in err and "Traceback" not in err, (args, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 def test_resume_continues_iterations_and_logs(finished_run):
@@ -124,6 +155,11 @@ def test_collector_exception_stops_the_learner(tmp_path):
     assert s["status"] == "failed" and s["failed_role"] == "collector"
     assert "SimOverflowError" in s["traceback"]
     assert time.monotonic() - start < 300
+    # the console names the cause: the exception's last line, with its fix, under the run's status line
+    last = done.stderr.strip().splitlines()[-3:]
+    assert last[0].startswith("unilab: run failed: the collector raised an exception"), done.stderr[-2000:]
+    assert last[1].strip().startswith("unilab.sim.mjwarp_backend.SimOverflowError: MJWarp capacity overflow")
+    assert "raise sim.nconmax / sim.njmax" in last[1] and last[2].strip().endswith("run_summary.json")
 
 
 def test_learner_exception_ends_the_collector(tmp_path):
@@ -338,3 +374,48 @@ def test_a_learner_killed_in_teardown_after_its_summary_does_not_fail_the_run(re
         assert any("learner[0]" in note and "-9" in note for note in sup.notes)
     else:
         assert sup.status == "failed" and sup.cause == "the learner[0] exited with code -9"
+
+
+def test_a_run_directory_removed_mid_run_is_named(tmp_path):
+    """rm -rf of the run directory while it trains: the run fails, named; no traceback on the console."""
+    import shutil
+
+    cmd = [sys.executable, "-m", "unilab.cli.train", *SMOKE, f"training.log_dir={tmp_path}", "training.run_name=r",
+           "algo.max_iterations=100000"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = tmp_path / "r"
+    try:
+        deadline = time.monotonic() + 300
+        while not (run / "metrics.jsonl").exists() or not (run / "metrics.jsonl").read_text():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.5)
+        shutil.rmtree(run)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err[-4000:]
+    assert f"unilab: run failed: the run directory {run} was removed during the run" in err
+    assert "Traceback" not in err, err[-4000:]
+
+
+def test_a_failed_child_on_a_removed_run_directory_names_the_directory(tmp_path):
+    """The learner's traceback (FileNotFoundError on a checkpoint) is not the cause: the removal is."""
+    import queue
+    import threading
+
+    from unilab.launcher.supervisor import Supervisor
+    from unilab.runtime.protocol import Failed
+
+    class Spec(_Spec):
+        run_dir = str(tmp_path / "gone")
+
+    inbox = queue.Queue()
+    inbox.put(Failed("learner[0]", "Traceback ...\nFileNotFoundError: [Errno 2] No such file or directory"))
+    procs = {"learner[0]": _ExitedProcess(1), "collector[0]": _ExitedProcess(0)}
+    sup = Supervisor([Spec()], procs, inbox, threading.Event(), threading.Event(), verify=None)
+    sup.verified = True
+    sup.run()
+    assert sup.status == "failed" and sup.failed_role == "launcher"
+    assert sup.cause == f"the run directory {Spec.run_dir} was removed during the run"
+    assert "FileNotFoundError" in sup.traceback  # kept for run_summary.json's reader

@@ -351,3 +351,26 @@ def test_manifest_devices_are_the_placement(tmp_path, spies):
     (prepared, _cfg), _ = spies[0].calls[0]
     assert prepared.rank_devices == ["cpu"]
     assert "learner_device" not in prepared.config["training"] and "collector_device" not in prepared.config["training"]
+
+
+@pytest.mark.parametrize("where", ["file", "under_a_file", "read_only"])
+def test_unusable_log_dir_fails_before_the_run(tmp_path, spies, capsys, monkeypatch, where):
+    """A log_dir that is a file (or under one) or cannot be written: exit 2 naming it, no traceback."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    log_dir = {"file": blocker, "under_a_file": blocker / "runs", "read_only": tmp_path / "ro"}[where]
+    if where == "read_only":  # chmod does not stop root: the file system's answer, as a read-only mount gives it
+        log_dir.mkdir()
+        real_mkdir = Path.mkdir
+
+        def mkdir(self, *args, **kwargs):
+            if self.parent == log_dir:
+                raise PermissionError(13, "Permission denied", str(self))
+            return real_mkdir(self, *args, **kwargs)
+
+        monkeypatch.setattr(Path, "mkdir", mkdir)
+    assert run_train("training.device=cpu", f"training.log_dir={log_dir}", "training.run_name=r") == 2
+    err = capsys.readouterr().err
+    assert f"training.log_dir={log_dir}" in err and "Traceback" not in err
+    assert ("Permission denied" if where == "read_only" else "Not a directory") in err
+    assert spies[0].calls == []

@@ -77,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--device", help="default: the run's training.device")
     play.add_argument("--envs", type=int, help="default: the run's task.num_envs")
     play.add_argument("--steps", type=int, help="control steps (default: one full episode)")
+    play.add_argument("--out", help="report file (default: a new play_<time>.json in the run directory; the "
+                      "run's play.json belongs to the end-of-run play)")
     play.set_defaults(func=_play)
 
     from unilab.eval.cli import add_parser as add_eval_parser

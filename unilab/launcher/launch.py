@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from unilab.mps import CudaProcessSharingError, Prerequisite, verify_mps_clients
 from unilab.mps.child_env import child_device_and_env, environ
 from unilab.mps.record import CudaProcessSharingEvidence
-from unilab.rundir.layout import NO_MPS_PIPE_DIR
+from unilab.rundir.layout import NO_MPS_PIPE_DIR, SUMMARY_FILE
 from unilab.rundir.manifest import RankEvidence
 from unilab.rundir.summary import RunSummary
 from unilab.runtime.protocol import Ready
@@ -59,9 +59,13 @@ def launch(prepared: PreparedRun, cfg: DictConfig) -> int:
     summary = _summary(supervisor, started)
     if summary.status == "completed" and not training.get("no_play", True):
         summary.play = _play(ctx, prepared, ranks[0], float(training["startup_timeout_s"]))
-    summary.write(prepared.run_dir)
-    print(f"unilab: run {summary.status}{': ' + summary.cause if summary.cause else ''} -> {prepared.run_dir}",
-          file=sys.stderr)
+    try:
+        summary.write(prepared.run_dir)
+        written = True
+    except OSError as exc:  # the run directory was removed or made read-only during the run
+        print(f"unilab: {SUMMARY_FILE} not written: {exc}", file=sys.stderr)
+        written = False
+    print(summary.console(prepared.run_dir, written), file=sys.stderr)
     cause = supervisor.cause
     if supervisor.failed_role == "launcher" and cause and cause.startswith(Prerequisite.CLIENTS_ATTACHED.value):
         return EXIT_USAGE

@@ -112,6 +112,15 @@ def _resume_target(resume: str | None) -> tuple[Path | None, str | None]:
     return run_dir, str(checkpoint)
 
 
+def _new_run_dir(cfg: DictConfig) -> Path:
+    """A new run directory; a log_dir that is a file or cannot be written is a usage error (exit 2)."""
+    try:
+        return new_run_dir(cfg.training.log_dir, cfg.training.run_name, str(cfg.algo.name), str(cfg.task.name))
+    except OSError as exc:
+        raise ConfigError(f"training.log_dir={cfg.training.log_dir}: {exc.strerror or exc}; "
+                          "set training.log_dir to a writable directory") from None
+
+
 MPS_PRIORITY_LEVEL = {"normal": "0", "below_normal": "1"}  # CUDA_MPS_CLIENT_PRIORITY values
 
 
@@ -175,7 +184,7 @@ def prepare_run(cfg: DictConfig) -> PreparedRun:
         run_dir = resume_dir
         archive_segment(run_dir)
     else:
-        run_dir = new_run_dir(cfg.training.log_dir, cfg.training.run_name, str(cfg.algo.name), str(cfg.task.name))
+        run_dir = _new_run_dir(cfg)
     write_run_config(run_dir, config)
     manifest = RuntimeManifest(
         run_dir=str(run_dir),

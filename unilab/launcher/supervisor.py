@@ -12,6 +12,7 @@ The first fault names the run's cause; otherwise rank 0's learner summary sets i
 
 from __future__ import annotations
 
+import os
 import queue
 import signal
 import sys
@@ -55,6 +56,7 @@ class Supervisor:
             if self.interrupted_by and not self.stop_event.is_set():
                 self.fail("interrupted", f"{self.interrupted_by} received")
             self._receive()
+            self._check_run_dir()
             alive = {name: p.is_alive() for name, p in self.procs.items()}
             if not any(alive.values()):
                 self._conclude()
@@ -70,6 +72,12 @@ class Supervisor:
         except queue.Empty:
             return
         self.handle(msg)
+
+    def _check_run_dir(self) -> None:
+        """A run directory removed (or moved away) mid-run is a named failure, not a child's traceback."""
+        run_dir = getattr(self.specs[0], "run_dir", None)
+        if run_dir and self.cause is None and not os.path.isdir(run_dir):
+            self.fail("failed", f"the run directory {run_dir} was removed during the run", "launcher")
 
     def _on_exits(self, alive: dict[str, bool]) -> None:
         """Some children have exited, not all: a crash is a fault; a collector gone on its own stops the run."""
@@ -117,6 +125,7 @@ class Supervisor:
         if isinstance(msg, Ready):
             self._on_ready(msg)
         elif isinstance(msg, Failed):
+            self._check_run_dir()  # a child that failed on a removed run directory: that is the cause
             self.fail("failed", f"the {msg.name} raised an exception", msg.name, msg.traceback)
         elif isinstance(msg, Finished):
             self.record_finished(msg)

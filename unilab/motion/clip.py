@@ -93,9 +93,13 @@ def save_motion_clip(clip: MotionClip, path: PathLike) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        np.savez(f, **clip.to_npz_dict())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **clip.to_npz_dict())
+        os.replace(tmp, path)
+    except BaseException:  # e.g. `path` is a directory: no temporary file is left behind
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

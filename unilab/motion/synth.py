@@ -17,6 +17,7 @@ import argparse
 import hashlib
 import json
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -333,6 +334,21 @@ def synth_params_hash(**params) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+MAX_DURATION_S = 3600.0  # an hour of motion: synthesis is ~ms per frame, and the clip is held in memory
+MAX_FPS = 1000.0
+
+
+def check_clip_size(duration: float, fps: float) -> Optional[str]:
+    """None for a clip that can be built, else what is wrong (nan, inf, too long, fewer than two frames)."""
+    if not (math.isfinite(duration) and 0 < duration <= MAX_DURATION_S):
+        return f"--duration {duration}: expected seconds in (0, {MAX_DURATION_S:g}]"
+    if not (math.isfinite(fps) and 0 < fps <= MAX_FPS):
+        return f"--fps {fps}: expected frames per second in (0, {MAX_FPS:g}]"
+    if round(duration * fps) < 1:
+        return f"--duration {duration} at --fps {fps:g} is less than one frame interval: a clip needs two frames"
+    return None
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="unilab motion synth",
@@ -348,10 +364,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv and argv[0] == "synth":  # `unilab motion synth ...` may hand over its sub-command word too
         argv = argv[1:]
     args = parser.parse_args(argv)
-    if args.duration <= 0 or args.fps <= 0:
-        parser.error("--duration and --fps must be positive")
+    problem = check_clip_size(args.duration, args.fps)
+    if problem:
+        parser.error(problem)
+    if args.out.is_dir():
+        parser.error(f"--out {args.out}: is a directory; give a file name, e.g. {args.out / 'clip.npz'}")
     clip = synthesize(duration=args.duration, fps=args.fps, seed=args.seed, preset=args.preset)
-    path = save_motion_clip(clip, args.out)
+    try:
+        path = save_motion_clip(clip, args.out)
+    except OSError as exc:
+        print(f"unilab motion synth: --out {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     print(f"wrote {path}: {clip.num_frames} frames at {clip.fps:g} fps ({clip.duration:.2f} s), "
           f"{clip.num_joints} joints, {len(clip.body_names)} bodies")
     return 0

@@ -10,6 +10,7 @@ from .layout import SEGMENT_FILES, SEGMENTS_DIR
 
 
 def new_run_dir(log_dir: str, run_name: str | None, algo: str, task: str) -> Path:
+    """Raises OSError (a log_dir that is a file, or not writable) with a message that names log_dir."""
     base = Path(log_dir).expanduser().resolve()
     name = run_name or f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{algo}_{task}"
     # mkdir without exist_ok claims the name: two runs started in the same second get _1, _2, ...
@@ -19,7 +20,11 @@ def new_run_dir(log_dir: str, run_name: str | None, algo: str, task: str) -> Pat
             candidate.mkdir(parents=True, exist_ok=False)
             return candidate
         except FileExistsError:
+            if not base.is_dir():  # log_dir, or a folder above it, is a file
+                raise NotADirectoryError(f"{base} (or a folder above it) is not a directory") from None
             continue
+        except OSError as exc:  # read-only, no permission, a file in the path
+            raise type(exc)(exc.errno, f"cannot create {candidate}: {exc.strerror or exc}") from None
     raise FileExistsError(f"{base / name}: too many runs with this name")
 
 

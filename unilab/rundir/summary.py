@@ -26,5 +26,21 @@ class RunSummary(BaseModel):
     notes: list[str] = Field(default_factory=list)
     play: Optional[dict[str, Any]] = None  # the play report (training.no_play=false), or {"error": ...}
 
+    def error_line(self) -> Optional[str]:
+        """The failed child's exception as its traceback ends: type and message (the message says what to
+        change, e.g. "raise sim.nconmax / sim.njmax")."""
+        lines = [line.strip() for line in (self.traceback or "").splitlines() if line.strip()]
+        return lines[-1][:2000] if lines else None
+
+    def console(self, run_dir: str | Path, written: bool = True) -> str:
+        """The launcher's last console lines: status and cause, and for a failed child its exception."""
+        text = f"unilab: run {self.status}{': ' + self.cause if self.cause else ''} -> {run_dir}"
+        error = self.error_line() if self.status == "failed" else None
+        if error:
+            text += f"\n  {error}"
+            if written:
+                text += f"\n  the full traceback: {Path(run_dir) / SUMMARY_FILE}"
+        return text
+
     def write(self, run_dir: str | Path) -> Path:
         return write_json_atomic(Path(run_dir) / SUMMARY_FILE, self.model_dump(mode="json"))

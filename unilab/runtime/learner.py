@@ -296,7 +296,8 @@ class LearnerLoop:
         save_checkpoint(self.spec.run_dir, self.iteration, self.env_steps, self.learner.state_dict())
 
     def save_on_stop(self) -> dict:
-        self.save()
+        if os.path.isdir(self.spec.run_dir):  # removed mid-run: nothing to save into; the launcher names it
+            self.save()
         return self.summary("interrupted")
 
     def summary(self, status: str) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 import traceback
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,8 @@ from unilab.rundir.layout import PLAY_FILE
 
 
 def play(run_dir: str | Path, config: dict, device: str, *, checkpoint: str | None = None,
-         num_envs: int | None = None, steps: int | None = None) -> dict[str, Any]:
+         num_envs: int | None = None, steps: int | None = None, out: str | Path | None = None) -> dict[str, Any]:
+    """Play and write the report to `out` (default: the run's play.json, which the end-of-run play owns)."""
     import torch
 
     from unilab.registry import instantiate
@@ -61,7 +63,7 @@ def play(run_dir: str | Path, config: dict, device: str, *, checkpoint: str | No
         "mean_return": float(ret.mean()),
         "mean_length": float(length.mean()),
     }
-    write_json_atomic(Path(run_dir) / PLAY_FILE, report)
+    write_json_atomic(Path(out) if out is not None else Path(run_dir) / PLAY_FILE, report)
     return report
 
 
@@ -78,7 +80,13 @@ def load_learner(algo, env, checkpoint, device: str, seed: int):
     # The replay is never sampled here: keep it one batch of envs small.
     algo = dataclasses.replace(algo, replay_capacity=env.num_envs)
     learner = make_learner(algo, env.obs_dim, env.critic_obs_dim, env.action_dim, torch.device(device), seed)
-    state = load_checkpoint(checkpoint, device)
+    try:
+        state = load_checkpoint(checkpoint, device)
+    except Exception as exc:  # truncated, not a torch file, a directory: torch raises many kinds
+        raise ValueError(f"{checkpoint}: not a readable checkpoint ({type(exc).__name__}: "
+                         f"{(str(exc).strip().splitlines() or [''])[0]})") from None
+    if not isinstance(state, dict) or not {"learner", "iteration"} <= state.keys():
+        raise ValueError(f"{checkpoint}: not a unilab checkpoint (expected the keys learner and iteration)")
     try:
         learner.load_state_dict(state["learner"])
     except (RuntimeError, KeyError, TypeError) as exc:
@@ -102,17 +110,42 @@ def describe(report: dict) -> str:
             f"{100 * report['terminated_fraction']:.0f} % ended early")
 
 
+def report_path(run_dir: str | Path, out: str | None) -> Path:
+    """Where `unilab play` writes: `--out`, or a new play_<time>.json in the run directory (never the
+    run's play.json). Raises ValueError for an `--out` that cannot take a file."""
+    if out is None:
+        run_dir = Path(run_dir) if Path(run_dir).is_dir() else Path(run_dir).parent  # RUN or RUN/run_config.json
+        stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+        for suffix in ("", *(f"_{i}" for i in range(1, 1000))):
+            path = Path(run_dir) / f"play_{stamp}{suffix}.json"
+            if not path.exists():
+                return path
+        raise ValueError(f"{run_dir}: too many play reports named play_{stamp}*.json")
+    path = Path(out).expanduser()
+    if path.is_dir():
+        raise ValueError(f"--out {out}: is a directory; give a file name, e.g. {path / 'play.json'}")
+    if not path.parent.is_dir():
+        raise ValueError(f"--out {out}: {path.parent} is not a directory")
+    return path
+
+
 def main(args) -> int:
     """`unilab play RUN`: in this process, on `--device` (default: the run's training.device)."""
     from unilab.rundir.run_config import load_run_config
 
+    for flag, value in (("--envs", args.envs), ("--steps", args.steps)):
+        if value is not None and value < 1:
+            print(f"unilab play: {flag} {value}: expected a positive number", file=sys.stderr)
+            return 2
     try:
         config = load_run_config(args.run)
+        out = report_path(args.run, getattr(args, "out", None))
         report = play(args.run, config, args.device or str(config["training"]["device"]),
-                      checkpoint=args.checkpoint, num_envs=args.envs, steps=args.steps)
-    except (FileNotFoundError, ValueError) as exc:
+                      checkpoint=args.checkpoint, num_envs=args.envs, steps=args.steps, out=out)
+    except (OSError, ValueError) as exc:
         print(f"unilab play: {exc}", file=sys.stderr)
         return 2
     print(describe(report))
     print(json.dumps(report, indent=2))
+    print(f"unilab play: report -> {out}", file=sys.stderr)
     return 0
