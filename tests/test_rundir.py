@@ -123,3 +123,12 @@ def test_the_resume_refill_is_capped_by_what_the_remaining_iterations_collect():
     assert refill_target(100_000, 1.0, collectable=20 * 16) == 160  # cpu_smoke resumed for 20 more iterations
     assert refill_target(100_000, 0.25, collectable=10**9) == 25_000
     assert refill_target(100_000, 0.0, collectable=10**9) == 0
+
+
+def test_a_checkpoint_of_other_observation_sizes_is_refused_not_padded():
+    from unilab.runtime.learner import check_dims
+
+    state = {"dims": {"obs_dim": 45, "critic_obs_dim": 48, "action_dim": 12}}
+    check_dims(state, {"obs_dim": 45, "critic_obs_dim": 48, "action_dim": 12}, "iter_0000010.pt")
+    with pytest.raises(ValueError, match="obs_dim: checkpoint 45, now 47"):
+        check_dims(state, {"obs_dim": 47, "critic_obs_dim": 48, "action_dim": 12}, "iter_0000010.pt")

@@ -108,21 +108,6 @@ class ResumeTarget:
     notes: list[str]
 
 
-# What a checkpoint's weights are shaped by: a resume that changes one of them is refused (exit 2), never
-# zero-padded (FastSAC's upgrade of checkpoints written before the 8-aligned widths is the one exception).
-STRUCTURE_KEYS = ("algo.name", "task.name")
-STRUCTURE_SUFFIXES = ("hidden_dim", "num_blocks", "expansion", "num_critics", "num_atoms", "obs_normalization")
-
-
-def structure_of(config: dict) -> dict[str, Any]:
-    """The structural keys of a config (dotted name -> value)."""
-    from unilab.rundir.run_config import flatten
-
-    flat = flatten({"algo": config.get("algo", {}), "task": {"name": config.get("task", {}).get("name")}})
-    return {k: v for k, v in flat.items() if k in STRUCTURE_KEYS or
-            (k.startswith("algo.") and k.split(".")[-1].endswith(STRUCTURE_SUFFIXES))}
-
-
 def _resume_dir(resume: str) -> Path:
     """The run directory a resume continues (the checkpoints are not read yet)."""
     from unilab.rundir.checkpoint import find_checkpoint, run_dir_of
@@ -139,7 +124,7 @@ def _resume_dir(resume: str) -> Path:
 def _resume_target(resume: str, config: dict) -> ResumeTarget:
     """Everything a resume needs, checked before the run directory is touched (ConfigError otherwise)."""
     from unilab.rundir.checkpoint import find_intact_checkpoint, run_dir_of
-    from unilab.rundir.run_config import load_run_config
+    from unilab.rundir.run_config import load_run_config, structure_diff, structure_of
 
     try:
         found = find_intact_checkpoint(resume)
@@ -153,9 +138,7 @@ def _resume_target(resume: str, config: dict) -> ResumeTarget:
         theirs = found.state.get("config") or structure_of(load_run_config(run_dir))
     except ValueError as exc:
         raise ConfigError(f"training.resume={resume}: {exc}") from exc
-    ours = structure_of(config)
-    differing = [f"{k}: checkpoint {theirs.get(k, '<absent>')}, now {ours.get(k, '<absent>')}"
-                 for k in sorted(set(ours) | set(theirs)) if theirs.get(k) != ours.get(k)]
+    differing = structure_diff(theirs, structure_of(config))
     if differing:
         raise ConfigError(f"training.resume={resume}: {found.path.name} was trained with another network or "
                           "task; resume with the checkpoint's values (or start a new run):\n    "

@@ -282,7 +282,7 @@ class LearnerLoop:
         quarter = min(4, 4 * size // target)
         if quarter > self._refill_reported:
             self._refill_reported = quarter
-            done = "; updates start" if quarter == 4 else ""
+            done = "; updates start" if quarter == 4 and self.learner.ready() else ""
             print(f"unilab: resume: replay refilled {min(size, target)}/{target} ({25 * quarter} %){done}",
                   file=sys.stderr, flush=True)
 
@@ -333,7 +333,7 @@ class LearnerLoop:
 
     def checkpoint_meta(self) -> dict:
         """What shaped the weights, for the checks of a resume (unilab.launcher.prepare, check_dims)."""
-        from unilab.launcher.prepare import structure_of
+        from unilab.rundir.run_config import structure_of
 
         dims = {"obs_dim": self.dims.obs_dim, "critic_obs_dim": self.dims.critic_obs_dim,
                 "action_dim": self.dims.action_dim}
