@@ -219,29 +219,43 @@ def prepare_run(cfg: DictConfig) -> PreparedRun:
     devices = rank_devices(config["training"])
     _check_gpus_visible(devices)
     per_rank = _rank_evidence(evidence, devices, float(config["training"]["mps_probe_timeout_s"]))
-    resume = config["training"].get("resume")
-    target = None
-    if resume:
-        run_dir = _resume_dir(resume)
-        lock = _lock(run_dir)  # before anything there is read or touched: a run still training keeps its directory
-        target = _resume_target(resume, config)
-        for note in target.notes:
-            print(f"unilab: note: {note}", file=sys.stderr)
-        archive_segment(run_dir)
-    else:
-        run_dir = new_run_dir(cfg.training.log_dir, cfg.training.run_name, str(cfg.algo.name), str(cfg.task.name))
-        lock = _lock(run_dir)
-    write_run_config(run_dir, config)
-    manifest = RuntimeManifest(
-        run_dir=str(run_dir),
-        algo=str(cfg.algo.name),
-        task=str(cfg.task.name),
-        backend=str(cfg.sim.backend),
-        world_size=len(devices),
-        cuda_process_sharing=evidence,
-    )
-    manifest.write(run_dir)
+    run_dir, lock, target = _claim_run_dir(cfg, config)
+    try:
+        if target is not None:
+            for note in target.notes:
+                print(f"unilab: note: {note}", file=sys.stderr)
+            archive_segment(run_dir)
+        write_run_config(run_dir, config)
+        manifest = RuntimeManifest(
+            run_dir=str(run_dir),
+            algo=str(cfg.algo.name),
+            task=str(cfg.task.name),
+            backend=str(cfg.sim.backend),
+            world_size=len(devices),
+            cuda_process_sharing=evidence,
+        )
+        manifest.write(run_dir)
+    except BaseException:
+        lock.release()
+        raise
     return PreparedRun(run_dir=run_dir, config=config, manifest=manifest,
                        resume_checkpoint=target.checkpoint if target else None, rank_devices=devices,
                        rank_evidence=per_rank, role_mps_env=mps_env, lock=lock,
                        notes=list(target.notes) if target else [])
+
+
+def _claim_run_dir(cfg: DictConfig, config: dict):
+    """(run dir, its lock, the checked resume target or None). A resume's directory is locked before it is
+    read or touched (a run still training there keeps it), then every check runs; the lock is released if
+    one fails (an exception's frames would otherwise keep it alive in this process)."""
+    resume = config["training"].get("resume")
+    if not resume:
+        run_dir = new_run_dir(cfg.training.log_dir, cfg.training.run_name, str(cfg.algo.name), str(cfg.task.name))
+        return run_dir, _lock(run_dir), None
+    run_dir = _resume_dir(resume)
+    lock = _lock(run_dir)
+    try:
+        return run_dir, lock, _resume_target(resume, config)
+    except BaseException:
+        lock.release()
+        raise
