@@ -132,7 +132,7 @@ def _summary(supervisor: Supervisor, started: float) -> RunSummary:
     return RunSummary(
         status="failed" if stop_errors else s.status or "failed",
         cause="; ".join([*([cause] if cause else []), *stop_errors]) or None,
-        failed_role=s.failed_role,
+        failed_role=s.failed_role or ("learner" if stop_errors else None),
         traceback=s.traceback,
         iterations=s.learner_summary.get("iterations"),
         env_steps=s.learner_summary.get("env_steps"),
