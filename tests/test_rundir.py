@@ -1,4 +1,5 @@
-"""The run directory's one metrics reader and its resume truncation, on files written by hand."""
+"""The run directory on files written by hand: the metrics reader and its resume truncation, the lock, finding
+an intact checkpoint."""
 
 from __future__ import annotations
 
@@ -104,3 +105,70 @@ def test_the_console_line_of_a_failed_run_names_the_exception_and_its_fix(tmp_pa
     assert failed.console(tmp_path, written=False).splitlines() == lines[:2]
     done = RunSummary(status="completed", wall_s=1.0)
     assert done.console(tmp_path) == f"unilab: run completed -> {tmp_path}"
+
+
+def test_a_resumed_writer_drops_a_torn_last_line(tmp_path):
+    """A run killed mid-write leaves half a row: the resume drops it instead of refusing (or appending to it)."""
+    write_rows(tmp_path, 0, 1, 2, tail='{"iteration": 3, "env_st')
+    writer = MetricsWriter(tmp_path, start_iteration=2, tensorboard=False, console_every_s=1e9)
+    writer.write(2, 20, {}, max_iterations=3)
+    writer.close()
+    assert [r["iteration"] for r in read_metrics(tmp_path)] == [0, 1, 2]
+
+
+def test_the_run_dir_lock_is_exclusive_and_names_its_holder(tmp_path):
+    import os
+
+    from unilab.rundir.layout import LOCK_FILE
+    from unilab.rundir.lock import RunDirLock, RunDirLocked
+
+    held = RunDirLock(tmp_path)
+    with pytest.raises(RunDirLocked, match=f"in use by pid {os.getpid()}"):
+        RunDirLock(tmp_path)
+    held.release()
+    again = RunDirLock(tmp_path)  # released: free again (the kernel also drops it when the holder exits)
+    assert (tmp_path / LOCK_FILE).read_text().strip() == str(os.getpid())
+    again.release()
+
+
+def save_fake(run, iteration):
+    from unilab.rundir.checkpoint import save_checkpoint
+
+    return save_checkpoint(run, iteration, 16 * iteration, {"w": iteration})
+
+
+def test_a_corrupt_latest_checkpoint_falls_back_to_the_newest_intact_one(tmp_path):
+    from unilab.rundir.checkpoint import find_intact_checkpoint
+
+    save_fake(tmp_path, 10)
+    save_fake(tmp_path, 20)
+    found = find_intact_checkpoint(str(tmp_path))
+    assert found.iteration == 20 and found.path.name == "iter_0000020.pt" and not found.notes
+    latest = tmp_path / "checkpoints" / "iter_0000020.pt"
+    latest.write_bytes(latest.read_bytes()[:100])  # torn
+    found = find_intact_checkpoint(str(tmp_path))
+    assert found.iteration == 10 and found.path.name == "iter_0000010.pt"
+    (note,) = found.notes
+    assert "iter_0000020.pt: unreadable checkpoint" in note and "resuming from iter_0000010.pt instead" in note
+    with pytest.raises(ValueError, match="unreadable checkpoint"):  # a file named explicitly does not fall back
+        find_intact_checkpoint(str(latest))
+    (tmp_path / "checkpoints" / "iter_0000010.pt").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match="no intact checkpoint"):
+        find_intact_checkpoint(str(tmp_path))
+
+
+def test_the_resume_refill_is_capped_by_what_the_remaining_iterations_collect():
+    from unilab.runtime.learner import refill_target
+
+    assert refill_target(100_000, 1.0, collectable=20 * 16) == 160  # cpu_smoke resumed for 20 more iterations
+    assert refill_target(100_000, 0.25, collectable=10**9) == 25_000
+    assert refill_target(100_000, 0.0, collectable=10**9) == 0
+
+
+def test_a_checkpoint_of_other_observation_sizes_is_refused_not_padded():
+    from unilab.runtime.learner import check_dims
+
+    state = {"dims": {"obs_dim": 45, "critic_obs_dim": 48, "action_dim": 12}}
+    check_dims(state, {"obs_dim": 45, "critic_obs_dim": 48, "action_dim": 12}, "iter_0000010.pt")
+    with pytest.raises(ValueError, match="obs_dim: checkpoint 45, now 47"):
+        check_dims(state, {"obs_dim": 47, "critic_obs_dim": 48, "action_dim": 12}, "iter_0000010.pt")

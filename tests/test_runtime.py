@@ -133,11 +133,15 @@ def test_play_tool_out_and_bad_input(finished_run, tmp_path, capsys):
 
 def test_resume_continues_iterations_and_logs(finished_run):
     log_dir, run, _ = finished_run
-    done = train(log_dir, f"training.resume={run}", "algo.max_iterations=26")
+    done = train(log_dir, f"training.resume={run}", "algo.max_iterations=40")
     assert done.returncode == 0, done.stderr[-4000:]
     rows = read_metrics(run)
-    assert [r["iteration"] for r in rows] == list(range(26))
-    assert summary(run)["iterations"] == 26
+    assert [r["iteration"] for r in rows] == list(range(40))
+    assert summary(run)["iterations"] == 40
+    # The refill is capped at half of what 20 iterations collect (not cpu_smoke's 100000-transition replay):
+    # the resumed run trains again.
+    assert [r["critic_loss"] is not None for r in rows[20:]] == [False] * 9 + [True] * 11
+    assert "unilab: resume: replay refilled 160/160 (100 %); updates start" in done.stderr
     assert (run / "segments" / "0" / "run_summary.json").exists()
     assert "rew/track_lin_vel_xy" in rows[-1]  # the task's reward terms are forwarded per iteration
     # From an earlier checkpoint: the rows logged after it are replaced, never duplicated.
@@ -211,8 +215,26 @@ def test_signal_stops_both_saves_and_marks_interrupted(tmp_path, sig, group):
     assert s["status"] == "interrupted" and sig.name in s["cause"]
     assert s["iterations"] and s["iterations"] >= 3  # the learner saved and reported where it stopped
     assert (run / "checkpoints" / "latest.pt").exists()
+    # the pending rows were written before the checkpoint: a resume from it leaves no gap
+    assert [r["iteration"] for r in read_metrics(run)] == list(range(s["iterations"]))
     rank = json.loads((run / "runtime_manifest.json").read_text())["ranks"][0]
     assert not pid_alive(rank["learner_pid"]) and not pid_alive(rank["collector_pid"])
+
+
+def test_a_failed_stop_time_checkpoint_is_recorded(tmp_path):
+    proc = _start(tmp_path, "algo.save_interval=100000")
+    try:
+        run = _wait_for_metrics(tmp_path, proc)
+        (run / "checkpoints").write_text("")  # where the checkpoint folder goes: the save fails
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err[-4000:]
+    s = summary(run)
+    assert s["status"] == "failed", s
+    assert s["cause"].startswith("SIGINT received; the stop-time checkpoint") and "FileExistsError" in s["cause"]
+    assert "the stop-time checkpoint" in err
 
 
 def test_children_exit_when_the_launcher_dies(tmp_path):

@@ -374,3 +374,85 @@ def test_unusable_log_dir_fails_before_the_run(tmp_path, spies, capsys, monkeypa
     assert f"training.log_dir={log_dir}" in err and "Traceback" not in err
     assert ("Permission denied" if where == "read_only" else "Not a directory") in err
     assert spies[0].calls == []
+
+
+# ---------------------------------------------------------------- resume: checked before the run dir is touched
+
+@pytest.fixture
+def resumable(tmp_path, spies):
+    """A (spied) cpu run with checkpoints at iterations 10 and 20 and 20 metrics rows."""
+    from unilab.rundir.checkpoint import save_checkpoint
+
+    log_dir = tmp_path / "runs"
+    assert run_train("+preset=cpu_smoke", f"training.log_dir={log_dir}", "training.run_name=r") == 0
+    run = log_dir / "r"
+    for iteration in (10, 20):
+        save_checkpoint(run, iteration, 16 * iteration, {})
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"iteration": i}) + "\n" for i in range(20)))
+    spies[0].calls.clear()
+    return run, spies[0]
+
+
+def resume(run, *args) -> int:
+    return run_train("+preset=cpu_smoke", f"training.log_dir={run.parent}", f"training.resume={run}", *args)
+
+
+def untouched(run) -> bool:
+    return not (run / "segments").exists()
+
+
+def test_resume_tolerates_a_torn_last_metrics_line(resumable):
+    run, launcher = resumable
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"iteration": 20, "env_st')
+    assert resume(run) == 0
+    assert (run / "segments" / "0" / "run_config.json").exists() and len(launcher.calls) == 1
+
+
+def test_resume_refuses_unreadable_metrics_before_touching_the_run_dir(resumable, capsys):
+    run, launcher = resumable
+    (run / "metrics.jsonl").write_text('{"iteration": 0}\nnot json\n{"iteration": 2}\n')
+    assert resume(run) == 2
+    assert "metrics.jsonl:2: not a metrics row" in capsys.readouterr().err
+    assert untouched(run) and not launcher.calls
+
+
+def test_resume_with_another_network_or_algo_names_the_differing_keys(resumable, capsys):
+    run, launcher = resumable
+    assert resume(run, "algo.critic_hidden_dim=64") == 2
+    assert "algo.critic_hidden_dim: checkpoint 128, now 64" in capsys.readouterr().err
+    assert resume(run, "--algo", "flashsac") == 2
+    assert "algo.name: checkpoint fastsac, now flashsac" in capsys.readouterr().err
+    assert untouched(run) and not launcher.calls
+
+
+def test_resume_refuses_max_iterations_at_or_below_the_checkpoint(resumable, capsys):
+    run, launcher = resumable
+    assert resume(run, "algo.max_iterations=20") == 2
+    assert "algo.max_iterations=20 but iter_0000020.pt is at iteration 20" in capsys.readouterr().err
+    assert untouched(run) and not launcher.calls
+
+
+def test_resume_falls_back_from_a_corrupt_latest_checkpoint(resumable, capsys):
+    run, launcher = resumable
+    newest = run / "checkpoints" / "iter_0000020.pt"
+    newest.write_bytes(newest.read_bytes()[:64])
+    assert resume(run) == 0
+    ((prepared, _cfg), _kwargs) = launcher.calls[0]
+    assert prepared.resume_checkpoint == str(run / "checkpoints" / "iter_0000010.pt")
+    assert "resuming from iter_0000010.pt instead" in capsys.readouterr().err
+    assert any("iter_0000010.pt instead" in note for note in prepared.notes)  # for run_summary.json
+
+
+def test_a_run_dir_in_use_is_refused_naming_the_holder(resumable, capsys):
+    from unilab.rundir.lock import RunDirLock
+
+    run, launcher = resumable
+    held = RunDirLock(run)  # as a launcher still training there holds it
+    try:
+        assert resume(run) == 2
+    finally:
+        held.release()
+    assert f"in use by pid {os.getpid()}" in capsys.readouterr().err
+    assert untouched(run) and not launcher.calls
+    assert resume(run) == 0  # released: the resume goes ahead

@@ -57,6 +57,7 @@ def launch(prepared: PreparedRun, cfg: DictConfig) -> int:
     finally:
         supervisor.stop_all()
     summary = _summary(supervisor, started)
+    summary.notes[:0] = prepared.notes  # the resume's (a corrupt latest.pt passed over); prepared.lock holds run.lock
     if summary.status == "completed" and not training.get("no_play", True):
         summary.play = _play(ctx, prepared, ranks[0], float(training["startup_timeout_s"]))
     try:
@@ -130,10 +131,12 @@ def _start(prepared: PreparedRun, ranks: list[_Rank]) -> None:
 
 def _summary(supervisor: Supervisor, started: float) -> RunSummary:
     s = supervisor
+    cause = s.cause or (f"{s.interrupted_by} received" if s.interrupted_by else None)
+    stop_errors = s.learner_summary.get("stop_errors") or []  # the stop-time checkpoint or metric rows failed
     return RunSummary(
-        status=s.status or "failed",
-        cause=s.cause or (f"{s.interrupted_by} received" if s.interrupted_by else None),
-        failed_role=s.failed_role,
+        status="failed" if stop_errors else s.status or "failed",
+        cause="; ".join([*([cause] if cause else []), *stop_errors]) or None,
+        failed_role=s.failed_role or ("learner" if stop_errors else None),
         traceback=s.traceback,
         iterations=s.learner_summary.get("iterations"),
         env_steps=s.learner_summary.get("env_steps"),

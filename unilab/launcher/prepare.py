@@ -6,6 +6,7 @@ behind (no run directory, no CUDA context, no environment, no process).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,8 @@ class PreparedRun:
     rank_devices: list[str] | None = None
     rank_evidence: list[CudaProcessSharingEvidence] | None = None
     role_mps_env: dict[str, dict[str, str]] = field(default_factory=dict)  # role -> CUDA_MPS_* variables
+    lock: Any = None  # the RunDirLock on run.lock: held while this object lives (the launcher's life)
+    notes: list[str] = field(default_factory=list)  # for run_summary.json (e.g. a corrupt latest.pt passed over)
 
 
 def execution_evidence(cfg: DictConfig) -> CudaProcessSharingEvidence:
@@ -97,19 +100,76 @@ def _rank_evidence(evidence: CudaProcessSharingEvidence, devices: list[str], tim
     return out
 
 
-def _resume_target(resume: str | None) -> tuple[Path | None, str | None]:
-    if not resume:
-        return None, None
+@dataclass
+class ResumeTarget:
+    run_dir: Path
+    checkpoint: str
+    iteration: int
+    notes: list[str]
+
+
+def _resume_dir(resume: str) -> Path:
+    """The run directory a resume continues (the checkpoints are not read yet)."""
     from unilab.rundir.checkpoint import find_checkpoint, run_dir_of
 
     try:
-        checkpoint = find_checkpoint(resume)
+        run_dir = run_dir_of(find_checkpoint(resume))
     except FileNotFoundError as exc:
         raise ConfigError(str(exc)) from exc
-    run_dir = run_dir_of(checkpoint)
     if not is_run_dir(run_dir):
         raise ConfigError(f"training.resume={resume}: {run_dir} is not a unilab run directory")
-    return run_dir, str(checkpoint)
+    return run_dir
+
+
+def _resume_target(resume: str, config: dict) -> ResumeTarget:
+    """Everything a resume needs, checked before the run directory is touched (ConfigError otherwise)."""
+    from unilab.rundir.checkpoint import find_intact_checkpoint, run_dir_of
+    from unilab.rundir.run_config import load_run_config, structure_diff, structure_of
+
+    try:
+        found = find_intact_checkpoint(resume)
+    except (FileNotFoundError, ValueError) as exc:
+        raise ConfigError(str(exc)) from exc
+    run_dir = run_dir_of(found.path)
+    if not is_run_dir(run_dir):
+        raise ConfigError(f"training.resume={resume}: {run_dir} is not a unilab run directory")
+    # The checkpoint's own record of what shaped it; a checkpoint from before that record: its run's config.
+    try:
+        theirs = found.state.get("config") or structure_of(load_run_config(run_dir))
+    except ValueError as exc:
+        raise ConfigError(f"training.resume={resume}: {exc}") from exc
+    differing = structure_diff(theirs, structure_of(config))
+    if differing:
+        raise ConfigError(f"training.resume={resume}: {found.path.name} was trained with another network or "
+                          "task; resume with the checkpoint's values (or start a new run):\n    "
+                          + "\n    ".join(differing))
+    max_iterations = int(config["algo"]["max_iterations"])
+    if max_iterations <= found.iteration:
+        raise ConfigError(f"training.resume={resume}: algo.max_iterations={max_iterations} but {found.path.name} "
+                          f"is at iteration {found.iteration}: set algo.max_iterations above {found.iteration}")
+    _check_metrics(run_dir, resume)
+    return ResumeTarget(run_dir, str(found.path), found.iteration, found.notes)
+
+
+def _check_metrics(run_dir: Path, resume: str) -> None:
+    """Every rank's metrics.jsonl reads (a torn last line, from a run killed mid-write, is dropped at the resume)."""
+    from unilab.rundir.layout import METRICS_FILE
+    from unilab.rundir.metrics import MetricsError, read_metrics
+
+    for metrics in sorted(run_dir.glob(f"**/{METRICS_FILE}")):
+        try:
+            read_metrics(metrics.parent, torn_tail_ok=True)
+        except (MetricsError, OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"training.resume={resume}: {exc}; repair or remove that line to resume") from exc
+
+
+def _lock(run_dir: Path):
+    from unilab.rundir.lock import RunDirLock, RunDirLocked
+
+    try:
+        return RunDirLock(run_dir)
+    except RunDirLocked as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def _new_run_dir(cfg: DictConfig) -> Path:
@@ -179,21 +239,43 @@ def prepare_run(cfg: DictConfig) -> PreparedRun:
     devices = rank_devices(config["training"])
     _check_gpus_visible(devices)
     per_rank = _rank_evidence(evidence, devices, float(config["training"]["mps_probe_timeout_s"]))
-    resume_dir, checkpoint = _resume_target(config["training"].get("resume"))
-    if resume_dir is not None:
-        run_dir = resume_dir
-        archive_segment(run_dir)
-    else:
+    run_dir, lock, target = _claim_run_dir(cfg, config)
+    try:
+        if target is not None:
+            for note in target.notes:
+                print(f"unilab: note: {note}", file=sys.stderr)
+            archive_segment(run_dir)
+        write_run_config(run_dir, config)
+        manifest = RuntimeManifest(
+            run_dir=str(run_dir),
+            algo=str(cfg.algo.name),
+            task=str(cfg.task.name),
+            backend=str(cfg.sim.backend),
+            world_size=len(devices),
+            cuda_process_sharing=evidence,
+        )
+        manifest.write(run_dir)
+    except BaseException:
+        lock.release()
+        raise
+    return PreparedRun(run_dir=run_dir, config=config, manifest=manifest,
+                       resume_checkpoint=target.checkpoint if target else None, rank_devices=devices,
+                       rank_evidence=per_rank, role_mps_env=mps_env, lock=lock,
+                       notes=list(target.notes) if target else [])
+
+
+def _claim_run_dir(cfg: DictConfig, config: dict):
+    """(run dir, its lock, the checked resume target or None). A resume's directory is locked before it is
+    read or touched (a run still training there keeps it), then every check runs; the lock is released if
+    one fails (an exception's frames would otherwise keep it alive in this process)."""
+    resume = config["training"].get("resume")
+    if not resume:
         run_dir = _new_run_dir(cfg)
-    write_run_config(run_dir, config)
-    manifest = RuntimeManifest(
-        run_dir=str(run_dir),
-        algo=str(cfg.algo.name),
-        task=str(cfg.task.name),
-        backend=str(cfg.sim.backend),
-        world_size=len(devices),
-        cuda_process_sharing=evidence,
-    )
-    manifest.write(run_dir)
-    return PreparedRun(run_dir=run_dir, config=config, manifest=manifest, resume_checkpoint=checkpoint,
-                       rank_devices=devices, rank_evidence=per_rank, role_mps_env=mps_env)
+        return run_dir, _lock(run_dir), None
+    run_dir = _resume_dir(resume)
+    lock = _lock(run_dir)
+    try:
+        return run_dir, lock, _resume_target(resume, config)
+    except BaseException:
+        lock.release()
+        raise

@@ -7,7 +7,8 @@
 - manifest: runtime_manifest.json.
 - summary: run_summary.json.
 - metrics: the metrics.jsonl writer (with TensorBoard and the console line) and its one reader.
-- checkpoint: saving, finding and loading checkpoints.
+- checkpoint: saving, finding (an intact one) and loading checkpoints.
+- lock: run.lock, the launcher's exclusive hold on a run directory.
 
 Nothing is imported here: a user of one module (unilab.mps writes through `atomic`, and
 `manifest` imports unilab.mps.record) must not pull in the others and their dependencies.

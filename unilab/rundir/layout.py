@@ -12,6 +12,7 @@
       eval.json              unilab.eval (default place; `--out` may put it elsewhere)
       no_mps_pipe/           training.block_ambient_mps: an empty MPS pipe directory
       segments/<n>/          create.py: the evidence of a resumed run's earlier segments
+      run.lock               lock.py: flock'ed by the launcher for the run's life (holds its pid)
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ PLAY_FILE = "play.json"
 EVAL_FILE = "eval.json"
 NO_MPS_PIPE_DIR = "no_mps_pipe"
 SEGMENTS_DIR = "segments"
+LOCK_FILE = "run.lock"
 # What a resumed run archives under segments/<n>/ before writing its own; metrics and
 # checkpoints continue in place instead (the metrics are truncated at the resumed iteration).
 SEGMENT_FILES = (RUN_CONFIG_FILE, MANIFEST_FILE, SUMMARY_FILE)

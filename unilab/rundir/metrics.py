@@ -110,10 +110,11 @@ class MetricsWriter:
 
 
 def _truncate_from(path: Path, iteration: int) -> None:
-    """Drop rows logged after the checkpoint a run resumes from: they are about to be redone."""
+    """Drop rows logged after the checkpoint a run resumes from: they are about to be redone; and a torn
+    last line (a run killed mid-write), which the next row would otherwise be appended to."""
     if not path.exists():
         return
-    keep = [line for line, row in _parse(path, torn_tail_ok=False) if row["iteration"] < iteration]
+    keep = [line for line, row in _parse(path, torn_tail_ok=True) if row["iteration"] < iteration]
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(line + "\n" for line in keep))
     tmp.replace(path)

@@ -63,3 +63,25 @@ def diff_configs(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, A
         if va != vb:
             rows.append((key, "<absent>" if va is _ABSENT else va, "<absent>" if vb is _ABSENT else vb))
     return rows
+
+
+# What a checkpoint's weights are shaped by: a resume that changes one of them is refused (exit 2), never
+# zero-padded (FastSAC's upgrade of checkpoints written before the 8-aligned widths is the one exception).
+STRUCTURE_KEYS = ("algo.name", "task.name")
+STRUCTURE_SUFFIXES = ("hidden_dim", "num_blocks", "expansion", "num_critics", "num_atoms", "obs_normalization")
+
+
+def structure_of(config: dict[str, Any]) -> dict[str, Any]:
+    """The structural keys of a config (dotted name -> value); checkpoints record them."""
+    flat = flatten({"algo": config.get("algo", {}), "task": {"name": config.get("task", {}).get("name")}})
+    return {k: v for k, v in flat.items()
+            if k in STRUCTURE_KEYS or (k.startswith("algo.") and k.endswith(STRUCTURE_SUFFIXES))}
+
+
+def structure_diff(checkpoint: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """`key: checkpoint X, now Y` for each structural key that differs. Under the same algorithm a key only
+    one side has (added or removed by another unilab version) is left to the learner's load."""
+    same_algo = checkpoint.get("algo.name") == now.get("algo.name")
+    keys = set(checkpoint) & set(now) if same_algo else set(checkpoint) | set(now)
+    return [f"{k}: checkpoint {checkpoint.get(k, '<absent>')}, now {now.get(k, '<absent>')}"
+            for k in sorted(keys) if checkpoint.get(k, _ABSENT) != now.get(k, _ABSENT)]

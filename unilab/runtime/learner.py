@@ -61,6 +61,24 @@ def learner_main(spec: RoleSpec, inbox, to_collector, to_launcher, stop_event, g
         raise SystemExit(code)
 
 
+def refill_target(capacity: int, fraction: float, collectable: int) -> int:
+    """Transitions a resumed run collects before its first update: `fraction` of the replay, capped at half
+    of what the remaining iterations collect, so the resumed segment trains for at least its second half."""
+    return max(0, min(int(capacity * fraction), capacity, collectable // 2))
+
+
+def check_dims(state: dict, dims: dict, path: str) -> None:
+    """A checkpoint whose observation or action sizes differ from this run's is refused: loading it would
+    zero-pad or crop the weights silently (old checkpoints without the record are checked by load_state_dict)."""
+    saved = state.get("dims")
+    if not saved:
+        return
+    differing = [f"{k}: checkpoint {saved.get(k)}, now {v}" for k, v in dims.items() if saved.get(k) != v]
+    if differing:
+        raise ValueError(f"{path} was trained with other observation/action sizes ({'; '.join(differing)}): "
+                         "resume it with the task settings it was trained with, or start a new run")
+
+
 def wait_for_go(go_event, timeout_s: float) -> None:
     """Block until the launcher has verified every child (MPS attachment included)."""
     if not go_event.wait(timeout_s):
@@ -123,6 +141,7 @@ class LearnerLoop:
         self.min_replay_to_update = 0
         if spec.resume_checkpoint:
             state = load_checkpoint(spec.resume_checkpoint, device)
+            check_dims(state, self.checkpoint_meta()["dims"], spec.resume_checkpoint)
             self.learner.load_state_dict(state["learner"])
             self.iteration = int(state["iteration"])
             self.env_steps = int(state["env_steps"])
@@ -130,8 +149,12 @@ class LearnerLoop:
             # a few thousand fresh samples and a full update cycle would overfit and wreck the policy.
             self.learner.publish_policy()
             self.trained_once = True
-            fraction = float(spec.training.get("resume_refill_fraction", 1.0))
-            self.min_replay_to_update = int(self.learner.replay.capacity * fraction)
+            self.min_replay_to_update = refill_target(
+                self.learner.replay.capacity, float(spec.training.get("resume_refill_fraction", 1.0)),
+                (algo.max_iterations - self.iteration) * dims.num_envs * dims.ticks_per_slot)
+            print(f"unilab: resume: refilling the replay to {self.min_replay_to_update} transitions before the "
+                  "first update", file=sys.stderr, flush=True)
+            self._refill_reported = 0
         # Compile the acting policy (if the algo compiles) now, not at the first trained tick's deadline.
         self.learner.act(self.obs_buf)
 
@@ -204,6 +227,8 @@ class LearnerLoop:
             chunk = self.mailbox.get(ChunkReady, phase="waiting for the replay slot", timeout_s=timeout)
             self._update_phase(chunk.slot, st)
             self.env_steps += self.dims.num_envs * k_ticks
+            if self.min_replay_to_update:
+                self._report_refill()
             self.pending.append({"iteration": self.iteration, "env_steps": self.env_steps, "wait_ms": wait_ms,
                                  "collector": chunk.timings, "t_iter": t_iter, "task_names": chunk.task_names,
                                  "replay_size": self.learner.replay.size})
@@ -251,6 +276,16 @@ class LearnerLoop:
             host.copy_(packed, non_blocking=True)
             st["train_end"].record(self.upd_stream)
 
+    def _report_refill(self) -> None:
+        """The resume's refill on the console: every quarter, and when the updates start."""
+        size, target = self.learner.replay.size, self.min_replay_to_update
+        quarter = min(4, 4 * size // target)
+        if quarter > self._refill_reported:
+            self._refill_reported = quarter
+            done = "; updates start" if quarter == 4 and self.learner.ready() else ""
+            print(f"unilab: resume: replay refilled {min(size, target)}/{target} ({25 * quarter} %){done}",
+                  file=sys.stderr, flush=True)
+
     def _log_oldest(self, timeout: float) -> None:
         """Write the metrics row of the oldest pending iteration (its GPU work is done or nearly so)."""
         p = self.pending.pop(0)
@@ -293,12 +328,36 @@ class LearnerLoop:
             return
         if self.device.type == "cuda":
             self.torch.cuda.synchronize(self.device)
-        save_checkpoint(self.spec.run_dir, self.iteration, self.env_steps, self.learner.state_dict())
+        save_checkpoint(self.spec.run_dir, self.iteration, self.env_steps, self.learner.state_dict(),
+                        meta=self.checkpoint_meta())
+
+    def checkpoint_meta(self) -> dict:
+        """What shaped the weights, for the checks of a resume (unilab.launcher.prepare, check_dims)."""
+        from unilab.rundir.run_config import structure_of
+
+        dims = {"obs_dim": self.dims.obs_dim, "critic_obs_dim": self.dims.critic_obs_dim,
+                "action_dim": self.dims.action_dim}
+        return {"config": structure_of(self.spec.config), "dims": dims}
 
     def save_on_stop(self) -> dict:
-        if os.path.isdir(self.spec.run_dir):  # removed mid-run: nothing to save into; the launcher names it
-            self.save()
-        return self.summary("interrupted")
+        """Stopped early: the pending metric rows first (a resume continues after the checkpoint's iteration,
+        so rows left unwritten would be a gap), then the checkpoint. A failure of either is reported."""
+        out = self.summary("interrupted")
+        try:
+            while self.pending:
+                self._log_oldest(min(self.spec.stall_timeout_s, 10.0))
+        except Exception as exc:  # noqa: BLE001  (the checkpoint matters more than the last rows)
+            out["stop_errors"] = [f"the pending metric rows were not written ({type(exc).__name__}: {exc})"]
+            self.pending.clear()
+        try:
+            if os.path.isdir(self.spec.run_dir):  # removed mid-run: nothing to save into; the launcher names it
+                self.save()
+        except Exception as exc:  # noqa: BLE001
+            out.setdefault("stop_errors", []).append(
+                f"the stop-time checkpoint (iteration {self.iteration}) failed ({type(exc).__name__}: {exc}); "
+                "a resume starts from the last periodic checkpoint")
+        out["final_metrics"] = self.last_row
+        return out
 
     def summary(self, status: str) -> dict:
         out = {"status": status, "iterations": self.iteration, "env_steps": self.env_steps,
