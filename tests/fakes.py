@@ -45,6 +45,7 @@ class FakeMpsDaemon:
         self.clients_from_proc = False
         self.client_env: dict[int, dict[str, str]] = {}  # CUDA_MPS_* variables of the clients it reported
         self.commands: list[str] = []
+        self.command_log: Path | None = None  # set: every command is appended there too (seen from outside)
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -85,6 +86,9 @@ class FakeMpsDaemon:
                 except OSError:
                     continue
                 self.commands.append(command)
+                if self.command_log is not None:
+                    with open(self.command_log, "a") as log:
+                        log.write(command + "\n")
                 if self.silent:
                     self._stop.wait(30)
                     continue
@@ -159,3 +163,47 @@ def install_fake_control_binary(bin_dir: Path) -> Path:
     exe.write_text(CLIENT_SCRIPT.format(python=sys.executable, client=CONTROL_CLIENT))
     exe.chmod(0o755)
     return exe
+
+
+def train_under_fake_mps(argv: list[str], root: str) -> None:
+    """`train +execution=mps ...` in this process, on a CPU host made to look like an MPS one: the fake
+    NVML and a fake daemon under `root` (commands logged to `root`/commands), children on the CPU. For
+    tests that signal a real launcher (`python -c "import fakes; fakes.train_under_fake_mps(...)"`)."""
+    import unilab.mps.probe as probe_mod
+    from unilab.cli.train import main as train_main
+    from unilab.mps import HostFacts
+
+    root_dir = Path(root)
+    install_fake_control_binary(root_dir / "bin")
+    daemon = FakeMpsDaemon(root_dir / "pipe")
+    daemon.command_log = root_dir / "commands"
+    daemon.start()
+    env = {"PATH": f"{root_dir / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+           "CUDA_MPS_PIPE_DIRECTORY": str(daemon.pipe_dir), "CUDA_MPS_LOG_DIRECTORY": str(root_dir / "log")}
+    os.environ.update(env)
+    real_probe = probe_mod.probe_cuda_process_sharing
+
+    def probe_as_if_cuda(requested, learner_device, collector_device, *, backend, host=None, timeout_s=5.0):
+        ev = real_probe(requested, "cuda:0", "cuda:0", backend=backend, timeout_s=timeout_s,
+                        host=HostFacts(platform="linux", env=env, nvml=FakeNvml()))
+        return ev.model_copy(update={"learner_device": learner_device, "collector_device": collector_device})
+
+    probe_mod.probe_cuda_process_sharing = probe_as_if_cuda
+    train_main(["+execution=mps", *argv])
+
+
+def wait_for_go_in_child(go_event, stop_event, timeout_s: float, marker: str) -> None:
+    """A launcher's child waiting for the go (as the learner does during MPS client verification);
+    `marker` says how the wait ended: stop, parent gone or go."""
+    from unilab.runtime.learner import wait_for_go
+    from unilab.runtime.messages import ParentGone, StopRequested, become_child
+
+    become_child("learner")
+    Path(marker).write_text("waiting")
+    try:
+        wait_for_go(go_event, timeout_s, stop_event)
+        Path(marker).write_text("go")
+    except StopRequested:
+        Path(marker).write_text("stop")
+    except ParentGone:
+        Path(marker).write_text("parent gone")

@@ -178,3 +178,54 @@ def test_rank_zero_learner_summary_sets_the_status():
     sup = supervisor()
     sup.handle(Finished("learner[0]", {"status": "completed", "iterations": 3}))
     assert sup.status == "completed" and sup.learner_summary["iterations"] == 3 and "learner[0]" in sup.finished
+
+
+def _pid_gone(pid: int) -> bool:
+    import os
+    from pathlib import Path
+
+    try:
+        os.kill(pid, 0)
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except (ProcessLookupError, OSError):
+        return True
+
+
+@pytest.mark.parametrize("how", ["launcher killed", "SIGTERM"])
+def test_a_child_waiting_for_the_go_leaves_within_2_s(tmp_path, how):
+    """The learner waits for the go while the launcher verifies MPS clients: it must not outlive a launcher
+    killed there (kill -9), and SIGTERM stops it there, both within 2 s (not startup_timeout_s)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    marker = tmp_path / "marker"
+    tests_dir = str(Path(__file__).parent)
+    script = (f"import sys, time, multiprocessing as mp; sys.path.insert(0, {tests_dir!r}); import fakes\n"
+              "ctx = mp.get_context('spawn'); go, stop = ctx.Event(), ctx.Event()\n"
+              f"p = ctx.Process(target=fakes.wait_for_go_in_child, args=(go, stop, 900.0, {str(marker)!r}))\n"
+              "p.start(); print(p.pid, flush=True); time.sleep(600)\n")
+    launcher = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(launcher.stdout.readline())
+        deadline = time.monotonic() + 120
+        while not (marker.exists() and marker.read_text() == "waiting"):
+            assert time.monotonic() < deadline and not _pid_gone(child), "the child never started waiting"
+            time.sleep(0.05)
+        time.sleep(0.5)
+        start = time.monotonic()
+        if how == "launcher killed":
+            launcher.kill()
+        else:
+            os.kill(child, signal.SIGTERM)
+        while not _pid_gone(child) and time.monotonic() - start < 10:
+            time.sleep(0.02)
+        took = time.monotonic() - start
+        assert _pid_gone(child) and took <= 2.0, f"the child took {took:.1f} s"
+        # the launcher's death arrives as SIGTERM (PDEATHSIG) or is seen through the parent pid
+        assert marker.read_text() in (("stop", "parent gone") if how == "launcher killed" else ("stop",))
+    finally:
+        launcher.kill()
+        launcher.wait()

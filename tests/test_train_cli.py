@@ -456,3 +456,15 @@ def test_a_run_dir_in_use_is_refused_naming_the_holder(resumable, capsys):
     assert f"in use by pid {os.getpid()}" in capsys.readouterr().err
     assert untouched(run) and not launcher.calls
     assert resume(run) == 0  # released: the resume goes ahead
+
+
+@pytest.mark.parametrize("key", ["mps_probe_timeout_s", "mps_attach_timeout_s", "stall_timeout_s",
+                                 "startup_timeout_s"])
+@pytest.mark.parametrize("value", ["inf", "nan", "0", "-1"])
+def test_timeouts_are_range_checked_at_compose(tmp_path, spies, capsys, key, value):
+    """An infinite timeout waits for ever, zero or less never waits: exit 2 before anything exists."""
+    log_dir = tmp_path / "runs"
+    assert run_train(f"training.{key}={value}", f"training.log_dir={log_dir}") == 2
+    err = capsys.readouterr().err
+    assert f"training.{key}=" in err and "expected a finite number > 0" in err, err
+    assert "Traceback" not in err and not log_dir.exists() and spies[0].calls == []

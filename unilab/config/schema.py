@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from pathlib import PurePath
 from typing import Any, List, Optional
 
 from omegaconf import MISSING
 
-from unilab.checks import at_least_one, require
+from unilab.checks import at_least_one, positive_finite, require
 
 PROBE_RESOLVER = "unilab.cuda_process_sharing"
 
@@ -104,6 +104,8 @@ class TrainingConfig(ExecutionConfig):
         require(0 <= self.resume_refill_fraction <= 1, "training.resume_refill_fraction",
                 self.resume_refill_fraction, "a share of the replay capacity in [0, 1]")
         at_least_one("training", self, ("env_steps_per_sync", "ingress_slots"))
+        for key in timeout_keys():  # inf would wait for ever, 0 or less never waits
+            positive_finite(f"training.{key}", getattr(self, key))
         if self.run_name:
             name = PurePath(self.run_name)
             require(not name.is_absolute() and ".." not in name.parts, "training.run_name", self.run_name,
@@ -117,3 +119,8 @@ class TrainConfig:
     sim: Any = MISSING
     training: TrainingConfig = field(default_factory=TrainingConfig)
     execution_evidence: Any = EXECUTION_EVIDENCE_INTERPOLATION
+
+
+def timeout_keys() -> list[str]:
+    """Every `training.*_timeout_s` setting (seconds)."""
+    return [f.name for f in fields(TrainingConfig) if f.name.endswith("_timeout_s")]

@@ -48,28 +48,36 @@ def launch(prepared: PreparedRun, cfg: DictConfig) -> int:
     ranks = _create_ranks(prepared, ctx, to_launcher, stop_event, go_event)
     procs = {r.spec.name(role): p for r in ranks for role, p in r.procs.items()}
     supervisor = Supervisor([r.spec for r in ranks], procs, to_launcher, stop_event, go_event,
-                            verify=lambda ready: _verify(prepared, ranks, ready))
+                            verify=lambda ready: _verify(prepared, ranks, ready, cancelled=interrupted))
+
+    def interrupted() -> bool:
+        return supervisor.interrupted_by is not None
+
     started = time.monotonic()
-    try:
-        with supervisor.signals_caught():
+    play_interrupted = False
+    with supervisor.signals_caught():  # held through play too: a signal there stops play, not the launcher
+        try:
             _start(prepared, ranks)
             supervisor.run()
-    finally:
-        supervisor.stop_all()
-    summary = _summary(supervisor, started)
-    summary.notes[:0] = prepared.notes  # the resume's (a corrupt latest.pt passed over); prepared.lock holds run.lock
-    if summary.status == "completed" and not training.get("no_play", True):
-        summary.play = _play(ctx, prepared, ranks[0], float(training["startup_timeout_s"]))
-    try:
-        summary.write(prepared.run_dir)
-        written = True
-    except OSError as exc:  # the run directory was removed or made read-only during the run
-        print(f"unilab: {SUMMARY_FILE} not written: {exc}", file=sys.stderr)
-        written = False
-    print(summary.console(prepared.run_dir, written), file=sys.stderr)
+        finally:
+            supervisor.stop_all()
+        summary = _summary(supervisor, started)
+        summary.notes[:0] = prepared.notes  # the resume's (a corrupt latest.pt passed over); prepared.lock holds run.lock
+        play = summary.status == "completed" and not training.get("no_play", True) and not interrupted()
+        if play:
+            summary.play = {"status": "started"}  # replaced by the report; stays if the launcher is killed
+        written = _write_summary(summary, prepared.run_dir)  # before play: the training is on record
+        print(summary.console(prepared.run_dir, written), file=sys.stderr)
+        if play:
+            summary.play = _play(ctx, prepared, ranks[0], float(training["startup_timeout_s"]),
+                                 lambda: supervisor.interrupted_by)
+            play_interrupted = "interrupted" in summary.play
+            _write_summary(summary, prepared.run_dir)
     cause = supervisor.cause
     if supervisor.failed_role == "launcher" and cause and cause.startswith(Prerequisite.CLIENTS_ATTACHED.value):
         return EXIT_USAGE
+    if play_interrupted:
+        return EXIT_INTERRUPTED
     return {"completed": EXIT_COMPLETED, "interrupted": EXIT_INTERRUPTED}.get(summary.status, EXIT_FAILED)
 
 
@@ -148,8 +156,21 @@ def _summary(supervisor: Supervisor, started: float) -> RunSummary:
     )
 
 
-def _play(ctx, prepared, rank0: _Rank, timeout_s: float) -> dict:
-    """Play the trained policy in a fresh process on rank 0's device and environment (MPS included)."""
+def _write_summary(summary: RunSummary, run_dir) -> bool:
+    try:
+        summary.write(run_dir)
+        return True
+    except OSError as exc:  # the run directory was removed or made read-only during the run
+        print(f"unilab: {SUMMARY_FILE} not written: {exc}", file=sys.stderr)
+        return False
+
+
+def _play(ctx, prepared, rank0: _Rank, timeout_s: float, interrupted_by) -> dict:
+    """Play the trained policy in a fresh process on rank 0's device and environment (MPS included).
+
+    A supervised child like the learner and collector: it dies with the launcher (PDEATHSIG), its own
+    death is noticed at once, the wait is bounded by `timeout_s`, and SIGINT/SIGTERM to the launcher
+    (`interrupted_by()` names it) stop it. Returns the report, {"error": ...} or {"interrupted": ...}."""
     from unilab.runtime.play import describe, play_main
 
     out = ctx.Queue()
@@ -157,23 +178,49 @@ def _play(ctx, prepared, rank0: _Rank, timeout_s: float) -> dict:
                                                                  rank0.spec.device, out))
     with environ(rank0.env):
         proc.start()
-    try:
-        kind, payload = out.get(timeout=timeout_s)
-    except queue.Empty:
-        kind, payload = "error", f"play did not finish within {timeout_s:g} s"
-    proc.join(timeout=STOP_GRACE_S)
-    if proc.is_alive():
-        proc.kill()
-        proc.join()
+    print(f"unilab: play pid {proc.pid} on {rank0.device}", file=sys.stderr)
+    deadline = time.monotonic() + timeout_s
+    kind = payload = None
+    while kind is None:
+        try:
+            kind, payload = out.get(timeout=0.2)
+        except queue.Empty:
+            if interrupted_by():
+                kind, payload = "interrupted", f"{interrupted_by()} received"
+            elif not proc.is_alive():
+                try:  # it may have reported just before it ended
+                    kind, payload = out.get(timeout=0.5)
+                except queue.Empty:
+                    kind, payload = "error", f"the play process exited with code {proc.exitcode} without a report"
+            elif time.monotonic() > deadline:
+                kind, payload = "error", f"play did not finish within {timeout_s:g} s"
+    _end_play(proc, at_once=kind != "ok")
     if kind == "ok":
         print(f"unilab: {describe(payload)}", file=sys.stderr)
         return payload
+    if kind == "interrupted":
+        print(f"unilab: play interrupted ({payload}); the training's summary stands", file=sys.stderr)
+        return {"interrupted": payload}
     print(f"unilab: play failed:\n{payload}", file=sys.stderr)
     return {"error": payload}
 
 
-def _verify(prepared: PreparedRun, ranks: list[_Rank], ready: dict[str, Ready]) -> CudaProcessSharingError | None:
-    """Every child has a CUDA context: check the GPU it sees and, under MPS, that it is a client."""
+def _end_play(proc, at_once: bool) -> None:
+    """Bounded: a play process that reported gets the grace period to exit; one that did not (or is
+    interrupted) gets SIGTERM (it ends at once), then SIGKILL."""
+    if not at_once:
+        proc.join(timeout=STOP_GRACE_S)
+    for stop in (proc.terminate, proc.kill):
+        if not proc.is_alive():
+            break
+        stop()
+        proc.join(timeout=5)
+
+
+def _verify(prepared: PreparedRun, ranks: list[_Rank], ready: dict[str, Ready],
+            cancelled=None) -> CudaProcessSharingError | None:
+    """Every child has a CUDA context: check the GPU it sees and, under MPS, that it is a client.
+    `cancelled()` true (SIGINT/SIGTERM) ends the daemon queries at once; the caller then stops the run."""
     rank_records = []
     evidences = []
     for r in ranks:
@@ -184,13 +231,15 @@ def _verify(prepared: PreparedRun, ranks: list[_Rank], ready: dict[str, Ready]) 
         record = RankEvidence(rank=spec.rank, device=device, gpu_uuid=evidence.gpu_uuid, learner_pid=l_pid,
                               collector_pid=c_pid, learner_gpu_uuid=l_uuid, collector_gpu_uuid=c_uuid)
         if evidence.configured == "mps":
-            error, evidence = _verify_mps(prepared, evidence, {learner: (l_pid, l_uuid), collector: (c_pid, c_uuid)})
+            error, evidence = _verify_mps(prepared, evidence, {learner: (l_pid, l_uuid), collector: (c_pid, c_uuid)},
+                                          cancelled)
             if error is not None:
                 return error
             record.cuda_process_sharing = evidence
         elif evidence.daemon_reachable:
             evidence = _ambient_mps(evidence, {learner: l_pid, collector: c_pid},
-                                    blocked=bool(prepared.config["training"].get("block_ambient_mps")))
+                                    blocked=bool(prepared.config["training"].get("block_ambient_mps")),
+                                    cancelled=cancelled)
             record.cuda_process_sharing = evidence
         rank_records.append(record)
         evidences.append(evidence)
@@ -200,7 +249,7 @@ def _verify(prepared: PreparedRun, ranks: list[_Rank], ready: dict[str, Ready]) 
     return None
 
 
-def _verify_mps(prepared, evidence, children: dict):
+def _verify_mps(prepared, evidence, children: dict, cancelled=None):
     for name, (_pid, uuid) in children.items():
         if uuid is not None and uuid != evidence.gpu_uuid:
             return CudaProcessSharingError(
@@ -208,7 +257,10 @@ def _verify_mps(prepared, evidence, children: dict):
                 found=f"{name} {uuid}, probe {evidence.gpu_uuid}", fix=["nvidia-smi -L"], before_start=False), None
     pids = {pid: name for name, (pid, _uuid) in children.items()}
     report = verify_mps_clients(evidence, list(pids),
-                                timeout_s=float(prepared.config["training"]["mps_attach_timeout_s"]))
+                                timeout_s=float(prepared.config["training"]["mps_attach_timeout_s"]),
+                                cancelled=cancelled)
+    if report.error == "cancelled":
+        return None, evidence
     if not report.all_attached:
         names = ", ".join(f"the {pids[pid]} (pid {pid})" for pid in report.missing())
         return CudaProcessSharingError(
@@ -235,9 +287,9 @@ def _verify_mps(prepared, evidence, children: dict):
     })
 
 
-def _ambient_mps(evidence, children: dict, blocked: bool = False):
+def _ambient_mps(evidence, children: dict, blocked: bool = False, cancelled=None):
     """null mode with a reachable daemon: record whether the children ended up as MPS clients anyway."""
-    report = verify_mps_clients(evidence, list(children.values()), timeout_s=2.0)
+    report = verify_mps_clients(evidence, list(children.values()), timeout_s=2.0, cancelled=cancelled)
     if not report.all_attached:
         if blocked:
             return evidence.model_copy(update={"notes": [

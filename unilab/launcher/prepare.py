@@ -209,16 +209,16 @@ def role_mps_env(training: dict) -> dict[str, dict[str, str]]:
     return env
 
 
-def check_config(config: dict) -> None:
+def check_config(config: dict, groups: tuple[str, ...] | None = None) -> None:
     """Every group's own checks on its values (its schema's `__post_init__`: ranges, choices, files), and
     keys the schemas lack (`+training.typo=1` adds one past Hydra), before anything exists: the children
-    type the same values again in their processes."""
+    type the same values again in their processes. `groups`: only these (default: every group)."""
     from omegaconf.errors import ConfigKeyError
 
     from unilab.config.schema import TrainingConfig
     from unilab.registry import GROUPS, instantiate
 
-    for group in (*GROUPS, "training"):
+    for group in groups or (*GROUPS, "training"):
         try:
             if group == "training":
                 OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainingConfig), config[group]))
@@ -232,6 +232,8 @@ def check_config(config: dict) -> None:
 
 
 def prepare_run(cfg: DictConfig) -> PreparedRun:
+    # training first: the probe waits up to training.mps_probe_timeout_s (checked finite and > 0 there)
+    check_config({"training": OmegaConf.to_container(cfg.training, resolve=True)}, groups=("training",))
     evidence = execution_evidence(cfg)
     config = resolved_config(cfg)
     check_config(config)

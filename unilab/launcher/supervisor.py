@@ -1,7 +1,8 @@
 """The launcher's supervisor: one run's children, from their start to their end.
 
 The run moves through these states:
-  starting  every child reports `Ready`; once all have, `verify` runs and the go event is set
+  starting  every child reports `Ready`; once all have, `verify` runs (SIGINT/SIGTERM cut it short) and
+            the go event is set
   running   until the learners finish, or a fault: a `Failed` message, a child that exits with an
             error, start-up past its timeout, SIGINT/SIGTERM to the launcher
   stopping  the stop event is set; after STOP_GRACE_S the children still alive get SIGTERM (they
@@ -33,7 +34,9 @@ class Supervisor:
         self.inbox = inbox
         self.stop_event = stop_event
         self.go_event = go_event
-        self.verify = verify  # every child's Ready -> a CudaProcessSharingError, or None to go
+        # every child's Ready -> a CudaProcessSharingError, or None to go; it returns early once `interrupted_by`
+        # is set (SIGINT/SIGTERM), and the run then stops as interrupted
+        self.verify = verify
         self.ready: dict[str, Ready] = {}
         self.verified = False
         self.status: str | None = None
@@ -137,6 +140,8 @@ class Supervisor:
         self.ready[msg.name] = msg
         if len(self.ready) == 2 * len(self.specs) and not self.verified:
             error = self.verify(self.ready)
+            if self.interrupted_by:  # verification was cut short: the run loop stops the run as interrupted
+                return
             if error is not None:
                 print(error.render(), file=sys.stderr)
                 self.fail("failed", f"{error.prerequisite.value}: {error.message}", "launcher")

@@ -6,6 +6,7 @@ import os
 import shutil
 import stat
 import subprocess
+import time
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -20,6 +21,13 @@ class ControlBinaryMissing(RuntimeError):
 
 class DaemonNoAnswer(RuntimeError):
     pass
+
+
+class Cancelled(RuntimeError):
+    """The caller's `cancelled()` turned true while a command was waiting for the daemon."""
+
+
+CANCEL_POLL_S = 0.1  # how often a waiting command looks at `cancelled`
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,7 @@ class MpsControl:
     env: Mapping[str, str]
     timeout_s: float = 5.0
     which: Callable[..., str | None] = shutil.which
+    cancelled: Callable[[], bool] | None = None  # true: a waiting command is abandoned (Cancelled)
 
     def binary(self) -> str:
         path = self.which(CONTROL_BINARY, path=self.env.get("PATH", os.defpath))
@@ -72,21 +81,39 @@ class MpsControl:
     def ask(self, command: str) -> str:
         env = dict(self.env)
         env["CUDA_MPS_PIPE_DIRECTORY"] = self.pipe.path
-        try:
-            done = subprocess.run(
-                [self.binary()],
-                input=command + "\n",
-                capture_output=True,
-                text=True,
-                env=env,
-                timeout=self.timeout_s,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise DaemonNoAnswer(f"no answer to '{command}' within {self.timeout_s:g} s") from exc
+        if self.cancelled is None:
+            try:
+                done = subprocess.run([self.binary()], input=command + "\n", capture_output=True, text=True,
+                                      env=env, timeout=self.timeout_s)
+            except subprocess.TimeoutExpired as exc:
+                raise DaemonNoAnswer(f"no answer to '{command}' within {self.timeout_s:g} s") from exc
+        else:
+            done = self._ask_cancellable(command, env)
         if done.returncode != 0:
             detail = (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"
             raise DaemonNoAnswer(f"'{command}' failed: {detail}")
         return done.stdout
+
+    def _ask_cancellable(self, command: str, env: dict) -> subprocess.CompletedProcess:
+        proc = subprocess.Popen([self.binary()], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.monotonic() + self.timeout_s
+        given = command + "\n"
+        try:
+            while True:
+                try:
+                    out, err = proc.communicate(given, timeout=min(CANCEL_POLL_S, self.timeout_s))
+                    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+                except subprocess.TimeoutExpired:
+                    given = None  # sent already: a retry must not send it again
+                if self.cancelled():
+                    raise Cancelled(f"'{command}' abandoned")
+                if time.monotonic() >= deadline:
+                    raise DaemonNoAnswer(f"no answer to '{command}' within {self.timeout_s:g} s")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
 
     def server_pids(self) -> list[int]:
         return _pids(self.ask("get_server_list"))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from .control import (
+    Cancelled,
     ControlBinaryMissing,
     DaemonNoAnswer,
     MpsControl,
@@ -308,11 +309,15 @@ def verify_mps_clients(
     *,
     host: HostFacts | None = None,
     poll_s: float = 0.2,
+    cancelled: Callable[[], bool] | None = None,
 ) -> MpsClientReport:
-    """Ask the probed daemon which of `pids` are clients of its servers, polling until timeout."""
+    """Ask the probed daemon which of `pids` are clients of its servers, polling until timeout.
+    `cancelled` (e.g. the launcher got SIGINT/SIGTERM) is looked at between polls and while a command
+    waits for the daemon; once true, the report so far returns at once, with error "cancelled"."""
     host = host or HostFacts()
     pipe = PipeDirectory(evidence.pipe_directory, evidence.pipe_directory_source or "env")
-    control = MpsControl(pipe, host.env, timeout_s=max(1.0, min(timeout_s, 5.0)), which=host.which)
+    control = MpsControl(pipe, host.env, timeout_s=max(1.0, min(timeout_s, 5.0)), which=host.which,
+                         cancelled=cancelled)
     wanted = [int(p) for p in pids]
     deadline = time.monotonic() + timeout_s
     while True:
@@ -322,10 +327,20 @@ def verify_mps_clients(
             servers = control.server_pids()
             for server in servers:
                 clients[server] = control.client_pids(server)
+        except Cancelled:
+            servers, error = [], "cancelled"
         except (ControlBinaryMissing, DaemonNoAnswer) as exc:
             servers, error = [], str(exc)
         seen = {c for cs in clients.values() for c in cs}
         attached = {pid: pid in seen for pid in wanted}
-        if all(attached.values()) or time.monotonic() >= deadline:
-            return MpsClientReport(server_pids=servers, attached=attached, clients_by_server=clients, error=error)
-        time.sleep(poll_s)
+        stop = error == "cancelled" or (cancelled is not None and cancelled())
+        if all(attached.values()) or stop or time.monotonic() >= deadline:
+            return MpsClientReport(server_pids=servers, attached=attached, clients_by_server=clients,
+                                   error="cancelled" if stop and not all(attached.values()) else error)
+        _sleep_unless(cancelled, min(poll_s, max(0.0, deadline - time.monotonic())))
+
+
+def _sleep_unless(cancelled: Callable[[], bool] | None, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0 and not (cancelled is not None and cancelled()):
+        time.sleep(min(left, 0.05))

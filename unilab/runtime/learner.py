@@ -20,7 +20,7 @@ import traceback
 from unilab.mps.gemm_check import check_under_thread_share, weight_products
 from unilab.rundir.layout import POLICY_ONNX_FILE
 
-from .messages import Mailbox, StopRequested, become_child
+from .messages import Mailbox, StopRequested, become_child, wait_event
 from .protocol import (LEARNER_INBOX, LOSSES, TRANSITION_FIELDS, Act, Buffers, ChunkReady, Failed, Finished,
                        IterationStats, LearnerEvents, Obs, SlotFree, Stop)
 from .spec import RoleSpec, report_ready
@@ -34,7 +34,7 @@ def learner_main(spec: RoleSpec, inbox, to_collector, to_launcher, stop_event, g
     code = 0
     try:
         built = LearnerLoop(spec, Mailbox(name, inbox, stop_event, LEARNER_INBOX), to_collector, to_launcher)
-        wait_for_go(go_event, spec.startup_timeout_s)
+        wait_for_go(go_event, spec.startup_timeout_s, stop_event, name)
         loop = built  # a loop that never got the go has nothing to save and is not closed
         loop.run()
         to_launcher.put(Finished(name, loop.summary("completed")))
@@ -79,10 +79,11 @@ def check_dims(state: dict, dims: dict, path: str) -> None:
                          "resume it with the task settings it was trained with, or start a new run")
 
 
-def wait_for_go(go_event, timeout_s: float) -> None:
-    """Block until the launcher has verified every child (MPS attachment included)."""
-    if not go_event.wait(timeout_s):
-        raise RuntimeError("learner: the launcher never confirmed the start (MPS verification?)")
+def wait_for_go(go_event, timeout_s: float, stop_event=None, name: str = "learner") -> None:
+    """Block until the launcher has verified every child (MPS attachment included); a stop request
+    (stop event, SIGTERM) or the launcher's death ends the wait within messages.WATCH_S."""
+    wait_event(go_event, role=name, phase="startup: waiting for the launcher's go (MPS client verification?)",
+               timeout_s=timeout_s, stop_event=stop_event)
 
 
 class LearnerLoop:

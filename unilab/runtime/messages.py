@@ -1,7 +1,9 @@
 """Host-side signalling between the launcher, the learner and the collector.
 
 Every wait is bounded: a phase that does not progress within its timeout raises a StallError
-naming the phase, instead of hanging both processes. The messages themselves are listed in
+naming the phase, instead of hanging both processes. Every wait also watches, at least every
+WATCH_S, for a stop request (the stop event, SIGTERM) and for the launcher's death; a watchdog
+thread ends a child whose launcher is gone and that is stuck where no wait looks (native code). The messages themselves are listed in
 `protocol`; one that its receiver does not take raises a ProtocolError at once.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 import queue
 import signal
+import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -18,6 +21,9 @@ from typing import Any, TypeVar
 from .protocol import ProtocolError, Stop
 
 M = TypeVar("M")
+
+WATCH_S = 0.25  # how often a waiting child looks at its stop requests and its launcher
+PARENT_GONE_GRACE_S = 1.5  # the watchdog's wait for the main thread to notice before it ends the process
 
 
 class StallError(RuntimeError):
@@ -35,6 +41,7 @@ class ParentGone(RuntimeError):
 
 
 _terminate_requested = False
+_parent_pid: int | None = None  # the launcher, as become_child found it
 
 
 def _on_sigterm(signum, frame) -> None:
@@ -56,7 +63,7 @@ class Mailbox:
     inbox: Any
     stop_event: Any
     accepts: tuple[type, ...]
-    parent_pid: int = field(default_factory=os.getppid)
+    parent_pid: int = field(default_factory=lambda: _parent_pid or os.getppid())
     _pending: dict = field(default_factory=lambda: defaultdict(deque))
 
     def get(self, kind: type[M], *, phase: str, timeout_s: float) -> M:
@@ -68,12 +75,9 @@ class Mailbox:
             return pending.popleft()
         deadline = time.monotonic() + timeout_s
         while True:
-            if self.stop_event.is_set() or _terminate_requested:
-                raise StopRequested()
-            if os.getppid() != self.parent_pid:
-                raise ParentGone(f"{self.role}: the launching process is gone")
+            check_stop(self.role, self.stop_event, self.parent_pid)
             try:
-                msg = self.inbox.get(timeout=min(0.25, max(0.0, deadline - time.monotonic())) or 0.001)
+                msg = self.inbox.get(timeout=min(WATCH_S, max(0.0, deadline - time.monotonic())) or 0.001)
             except queue.Empty:
                 if time.monotonic() >= deadline:
                     raise StallError(self.role, phase, timeout_s) from None
@@ -115,15 +119,54 @@ def _names(kinds) -> str:
     return ", ".join(k.__name__ for k in kinds)
 
 
-def become_child(role: str) -> None:
-    """Process-level setup of a learner or collector: exit with the launcher, leave Ctrl-C to it."""
+def check_stop(role: str, stop_event=None, parent_pid: int | None = None) -> None:
+    """Raise StopRequested when asked to stop (stop event, SIGTERM), ParentGone when the launcher is gone."""
+    if _terminate_requested or (stop_event is not None and stop_event.is_set()):
+        raise StopRequested()
+    parent = parent_pid if parent_pid is not None else _parent_pid
+    if parent is not None and os.getppid() != parent:
+        raise ParentGone(f"{role}: the launching process is gone")
+
+
+def wait_event(event, *, role: str, phase: str, timeout_s: float, stop_event=None) -> None:
+    """Wait for a cross-process event (e.g. the launcher's go), watching stop requests and the launcher."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        check_stop(role, stop_event)
+        if event.wait(min(WATCH_S, max(0.0, deadline - time.monotonic()))):
+            return
+        if time.monotonic() >= deadline:
+            raise StallError(role, phase, timeout_s)
+
+
+def become_child(role: str, *, stop_on_sigterm: bool = True) -> None:
+    """Process-level setup of a child of the launcher (learner, collector, play): exit with the launcher,
+    leave Ctrl-C to it. SIGTERM asks a learner or collector to stop (it saves); with
+    `stop_on_sigterm=False` (play: nothing to save) it ends the process at once."""
+    global _parent_pid
+    import multiprocessing
+
+    launcher = multiprocessing.parent_process()
+    _parent_pid = launcher.pid if launcher is not None else os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher handles SIGINT and tells us to stop
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGTERM, _on_sigterm if stop_on_sigterm else signal.SIG_DFL)
     try:
         import ctypes
 
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         PR_SET_PDEATHSIG = 1
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:  # not Linux: the Mailbox still notices a vanished parent
+    except OSError:  # not Linux: the waits and the watchdog still notice a vanished parent
         pass
+    if os.getppid() != _parent_pid:  # the launcher died before PDEATHSIG was armed
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(_parent_pid,), name=f"{role}-parent-watch", daemon=True).start()
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Backstop for a main thread stuck where no wait looks: once the launcher is gone, give the main thread
+    PARENT_GONE_GRACE_S to notice (it leaves within WATCH_S from a wait), then end the process."""
+    while os.getppid() == parent_pid:
+        time.sleep(WATCH_S)
+    time.sleep(PARENT_GONE_GRACE_S)
+    os._exit(1)

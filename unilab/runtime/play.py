@@ -1,7 +1,8 @@
 """Play: roll a trained policy out deterministically and report how its episodes went (play.json).
 
 Runs after a completed training run when `training.no_play=false` (in its own process, so that the
-launcher never initialises CUDA), or on any run directory with `unilab play RUN`. Every env plays
+launcher never initialises CUDA; the launcher supervises it like the learner and collector), or on
+any run directory with `unilab play RUN`. Every env plays
 its first episode, from a fresh reset, for at most `steps` control steps (default: one full
 episode); the report counts the envs whose episode ended early (terminated) or at its limit.
 """
@@ -96,7 +97,11 @@ def load_learner(algo, env, checkpoint, device: str, seed: int):
 
 
 def play_main(run_dir: str, config: dict, device: str, out) -> None:
-    """Process entry: the report, or the error, goes to the `out` queue."""
+    """Process entry (a supervised child of the launcher): the report, or the error, goes to the `out`
+    queue. It ends with the launcher (PDEATHSIG), leaves Ctrl-C to it and ends at once on SIGTERM."""
+    from .messages import become_child
+
+    become_child("play", stop_on_sigterm=False)
     try:
         out.put(("ok", play(run_dir, config, device,
                             num_envs=config["training"].get("play_envs"), steps=config["training"].get("play_steps"))))

@@ -21,14 +21,16 @@ class Stamp:
             self.t = time.perf_counter()
 
     def wait_done(self, timeout_s: float, what: str) -> None:
-        """Bounded wait for the GPU to pass this stamp (polling, never an unbounded sync)."""
+        """Bounded wait for the GPU to pass this stamp (polling, never an unbounded sync); it watches stop
+        requests and the launcher like every wait of a child (messages.check_stop)."""
         if not self.cuda:
             return
+        from .messages import StallError, check_stop
+
         deadline = time.monotonic() + timeout_s
         while not self.event.query():
+            check_stop(what)  # a stop request (SIGTERM) or the launcher's death ends this wait too
             if time.monotonic() > deadline:
-                from .messages import StallError
-
                 raise StallError("gpu", what, timeout_s)
             time.sleep(0.0002)
 
