@@ -441,3 +441,129 @@ def test_a_failed_child_on_a_removed_run_directory_names_the_directory(tmp_path)
     assert sup.status == "failed" and sup.failed_role == "launcher"
     assert sup.cause == f"the run directory {Spec.run_dir} was removed during the run"
     assert "FileNotFoundError" in sup.traceback  # kept for run_summary.json's reader
+
+
+class _Console:
+    """A launcher started in a session of its own, its stderr read line by line as it comes."""
+
+    def __init__(self, cmd: list[str], **kwargs):
+        import threading
+
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True, **kwargs)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True)
+        self._reader.start()
+
+    def wait_for(self, needle: str, timeout: float = 300) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            hit = next((line for line in list(self.lines) if needle in line), None)
+            if hit:
+                return hit
+            assert self.proc.poll() is None, "".join(self.lines)[-4000:]
+            time.sleep(0.1)
+        raise AssertionError(f"no {needle!r} on the console in time:\n" + "".join(self.lines)[-4000:])
+
+    def wait(self, timeout: float) -> tuple[int, str]:
+        code = self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=5)
+        return code, "".join(self.lines)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def _gone_within(pids: list[int], seconds: float) -> float:
+    start = time.monotonic()
+    while any(pid_alive(p) for p in pids) and time.monotonic() - start < seconds + 10:
+        time.sleep(0.05)
+    took = time.monotonic() - start
+    assert not any(pid_alive(p) for p in pids) and took <= seconds, f"{pids}: took {took:.1f} s"
+    return took
+
+
+def _child_pids(line: str) -> list[int]:
+    """The pids on the launcher's `rank 0: learner pid L, collector pid C` line."""
+    import re
+
+    return [int(pid) for pid in re.findall(r"pid (\d+)", line)]
+
+
+@pytest.mark.parametrize("how", ["SIGINT to the group", "SIGTERM", "kill -9"])
+def test_a_signal_during_mps_client_verification(short_tmp, tmp_path, how):
+    """The children never show up as MPS clients and verification would poll for 300 s: SIGINT/SIGTERM stop
+    it at once (exit 130, interrupted); a launcher killed there leaves no child behind (within 3 s)."""
+    log_dir = tmp_path / "runs"
+    argv = [*SMOKE, f"training.log_dir={log_dir}", "training.mps_attach_timeout_s=300", "algo.max_iterations=5"]
+    tests_dir = str(Path(__file__).parent)
+    script = f"import sys; sys.path.insert(0, {tests_dir!r}); import fakes; fakes.train_under_fake_mps({argv!r}, " \
+             f"{str(short_tmp)!r})"
+    console = _Console([sys.executable, "-c", script])
+    try:
+        pids = _child_pids(console.wait_for("learner pid"))
+        commands = short_tmp / "commands"
+        asked = len(commands.read_text().splitlines())
+        deadline = time.monotonic() + 300
+        while len(commands.read_text().splitlines()) <= asked:  # verification polls the daemon
+            assert time.monotonic() < deadline and console.proc.poll() is None, "".join(console.lines)[-4000:]
+            time.sleep(0.1)
+        time.sleep(2.0)  # the learner is building or waiting for the go by now
+        start = time.monotonic()
+        if how == "kill -9":
+            console.proc.kill()
+            _gone_within(pids, 3.0)
+            return
+        if how == "SIGTERM":
+            console.proc.send_signal(signal.SIGTERM)
+        else:  # Ctrl-C: the whole foreground process group
+            os.killpg(console.proc.pid, signal.SIGINT)
+        code, err = console.wait(timeout=60)
+        assert code == 130 and time.monotonic() - start < 20, err[-4000:]
+        assert "Traceback" not in err and "mps_clients_attached" not in err, err[-4000:]
+        s = summary(only_run(log_dir))
+        assert s["status"] == "interrupted" and ("SIGTERM" if how == "SIGTERM" else "SIGINT") in s["cause"]
+        _gone_within(pids, 1.0)
+    finally:
+        console.kill()
+
+
+@pytest.mark.parametrize("how", ["SIGINT to the group", "SIGTERM", "kill -9", "play killed"])
+def test_a_signal_during_play(tmp_path, how):
+    """training.no_play=false with a long play: the summary of the completed training is written before play;
+    a signal stops play (exit 130, no traceback), a killed launcher takes play with it, a killed play is
+    noticed at once."""
+    cmd = [sys.executable, "-m", "unilab.cli.train", *SMOKE, f"training.log_dir={tmp_path}", "algo.max_iterations=5",
+           "training.no_play=false", "training.play_steps=100000"]
+    console = _Console(cmd)
+    try:
+        (play_pid,) = _child_pids(console.wait_for("unilab: play pid"))
+        s = summary(only_run(tmp_path))
+        assert s["status"] == "completed" and s["play"] == {"status": "started"}
+        time.sleep(2.0)  # play is building its env or playing
+        start = time.monotonic()
+        if how == "kill -9":
+            console.proc.kill()
+            _gone_within([play_pid], 3.0)
+            assert summary(only_run(tmp_path))["status"] == "completed"
+            return
+        if how == "play killed":
+            os.kill(play_pid, signal.SIGKILL)
+        elif how == "SIGTERM":
+            console.proc.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(console.proc.pid, signal.SIGINT)
+        code, err = console.wait(timeout=60)
+        assert time.monotonic() - start < 15 and "Traceback" not in err, err[-4000:]
+        assert not pid_alive(play_pid)
+        s = summary(only_run(tmp_path))
+        assert s["status"] == "completed" and s["iterations"] == 5
+        if how == "play killed":
+            assert code == 0 and "exited with code -9" in s["play"]["error"], s["play"]
+        else:
+            assert code == 130, err[-4000:]
+            assert s["play"] == {"interrupted": f"{'SIGTERM' if how == 'SIGTERM' else 'SIGINT'} received"}
+    finally:
+        console.kill()
