@@ -495,7 +495,7 @@ def _child_pids(line: str) -> list[int]:
 @pytest.mark.parametrize("how", ["SIGINT to the group", "SIGTERM", "kill -9"])
 def test_a_signal_during_mps_client_verification(short_tmp, tmp_path, how):
     """The children never show up as MPS clients and verification would poll for 300 s: SIGINT/SIGTERM stop
-    it at once (exit 130, interrupted); a launcher killed there leaves no child behind (within 3 s)."""
+    it at once (exit 130, interrupted); a launcher killed there leaves no child behind."""
     log_dir = tmp_path / "runs"
     argv = [*SMOKE, f"training.log_dir={log_dir}", "training.mps_attach_timeout_s=300", "algo.max_iterations=5"]
     tests_dir = str(Path(__file__).parent)
@@ -514,7 +514,8 @@ def test_a_signal_during_mps_client_verification(short_tmp, tmp_path, how):
         start = time.monotonic()
         if how == "kill -9":
             console.proc.kill()
-            _gone_within(pids, 3.0)
+            # 2 s on an idle wait (test_protocol); here the learner may be in native code and the host shared
+            _gone_within(pids, 5.0)
             return
         if how == "SIGTERM":
             console.proc.send_signal(signal.SIGTERM)
