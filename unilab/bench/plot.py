@@ -12,11 +12,11 @@ class PlotUnavailable(RuntimeError):
     pass
 
 
-def require_matplotlib():
+def require_matplotlib(what: str = "--plot"):
     try:
         import matplotlib
     except ImportError as exc:
-        raise PlotUnavailable("--plot needs the 'matplotlib' package: pip install matplotlib  "
+        raise PlotUnavailable(f"{what} needs the 'matplotlib' package: pip install matplotlib  "
                               "(or pip install 'unilab[plot]')") from exc
     matplotlib.use("Agg")  # files only, never a display
     import matplotlib.pyplot as plt

@@ -1,4 +1,5 @@
-"""`unilab`: tools around training runs (evidence schema, config diff, motion clips, MPS daemon, benchmarks)."""
+"""`unilab`: tools around training runs (evidence schema, config diff, motion clips, MPS daemon, benchmarks,
+learning curves)."""
 
 from __future__ import annotations
 
@@ -86,10 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_eval_parser(sub)
 
     from unilab.bench.cli import add_bench_parser
+    from unilab.bench.curves import add_parser as add_plot_parser
     from unilab.mps.cli import add_mps_parser
 
     add_mps_parser(sub)
     add_bench_parser(sub)
+    add_plot_parser(sub)
     return parser
 
 
