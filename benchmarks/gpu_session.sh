@@ -27,7 +27,7 @@
 #                                       both roles flat out as clients of GPU G's daemon, then the coupled bound
 #   learn --algo A --task T --envs N --name X --seconds S [--segments K] [--execution mps] [--gpu G] [--keys "k ..."]
 #                                       a learning run, detached (setsid nohup): K segments of S s each, ended by
-#                                       SIGTERM through timeout and joined by training.resume, then plot_run.py;
+#                                       SIGTERM through timeout and joined by training.resume, then `unilab plot`;
 #                                       call it once per run to put several side by side under one daemon
 #   bg NAME SUBCOMMAND ...              any subcommand detached (setsid nohup), log DIR/NAME.log
 #   wait [SECONDS]  (= learn --wait S)  follow the detached jobs until they end or SECONDS pass (default 500)
@@ -348,7 +348,7 @@ cmd_learn() {
      if [ "$k" = 1 ]; then last=training.run_name=$NAME; else last=training.resume=$dir/$NAME; fi
      run_log "$S/learn_${NAME}_$k.log" timeout -s TERM "$SECONDS_" "${TRAIN_CMD[@]}" "${args[@]}" "$last"
    done)
-  run "$PYTHON" benchmarks/plot_run.py "$dir/$NAME" --out "$S/learn_$NAME.png" --keys ${KEYS:-$(default_keys "$TASK")}
+  run "${UNILAB_CMD[@]}" plot "$dir/$NAME" --out "$S/learn_$NAME.png" --metric ${KEYS:-$(default_keys "$TASK")}
 }
 
 detach() {  # NAME CMD...: run CMD in its own session, immune to the end of this command; DIR/NAME.log, DIR/jobs/NAME.rc

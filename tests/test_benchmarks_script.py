@@ -96,8 +96,8 @@ def test_learn_expansion():
     assert commands(lines)[1:] == [
         f"{base} training.run_name=walk",
         f"{base} training.resume=/tmp/learn/walk",
-        "python3 benchmarks/plot_run.py /tmp/learn/walk --out /tmp/session/learn_walk.png "
-        "--keys episode_length episode_return rew/track_lin_vel_xy rew/track_ang_vel_z",
+        "unilab plot /tmp/learn/walk --out /tmp/session/learn_walk.png "
+        "--metric episode_length episode_return rew/track_lin_vel_xy rew/track_ang_vel_z",
     ]
     # the detached job runs the same subcommand in the foreground: the same commands
     again = shlex.split(lines[0].split(" > ")[0])[4:]  # after `setsid nohup bash SCRIPT`

@@ -1,5 +1,5 @@
 """Per-iteration metrics: metrics.jsonl (schema-versioned), TensorBoard, a console line; and the
-one reader of metrics.jsonl (tests, resume, `unilab bench`, benchmarks/plot_run.py)."""
+one reader of metrics.jsonl (tests, resume, `unilab bench`, `unilab plot`)."""
 
 from __future__ import annotations
 
