@@ -1,12 +1,10 @@
-"""`unilab export`: a tiny CPU run exported to ONNX, run in onnxruntime against the torch policy, its
-metadata checked; a lone checkpoint file; bad input exits 2 and writes nothing."""
+"""`unilab export`: a tiny CPU run (conftest.walk_run) exported to ONNX, run in onnxruntime against the
+torch policy, its metadata checked; a lone checkpoint file; bad input exits 2 and writes nothing."""
 
 from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -16,18 +14,6 @@ from unilab.assets import g1
 onnx = pytest.importorskip("onnx")
 onnxruntime = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
-
-SMOKE = ["+preset=cpu_smoke", "task.num_envs=8", "training.tensorboard=false", "algo.max_iterations=4",
-         "algo.save_interval=2", "training.no_play=true"]
-
-
-@pytest.fixture(scope="module")
-def walk_run(tmp_path_factory):
-    log_dir = tmp_path_factory.mktemp("export_runs")
-    cmd = [sys.executable, "-m", "unilab.cli.train", *SMOKE, f"training.log_dir={log_dir}", "training.run_name=walk"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return log_dir / "walk"
 
 
 def _export(*args) -> int:
@@ -51,9 +37,9 @@ def _torch_policy(run, checkpoint):
 @pytest.mark.slow
 def test_export_matches_the_torch_policy_and_carries_metadata(walk_run, capsys):
     assert _export(walk_run) == 0
-    path = walk_run / "policy_iter_0000004.onnx"
+    path = walk_run / "policy_iter_0000006.onnx"
     assert str(path) in capsys.readouterr().out
-    env, learner = _torch_policy(walk_run, walk_run / "checkpoints" / "iter_0000004.pt")
+    env, learner = _torch_policy(walk_run, walk_run / "checkpoints" / "iter_0000006.pt")
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     obs = torch.randn(16, env.obs_dim, generator=torch.Generator().manual_seed(0))
     (action,) = session.run(None, {"obs": obs.numpy()})
@@ -68,7 +54,7 @@ def test_export_matches_the_torch_policy_and_carries_metadata(walk_run, capsys):
     import unilab
 
     assert value["schema"] == METADATA_SCHEMA and value["unilab_version"] == unilab.__version__
-    assert (value["task"], value["algo"], value["iteration"]) == ("g1_walk_flat", "fastsac", 4)
+    assert (value["task"], value["algo"], value["iteration"]) == ("g1_walk_flat", "fastsac", 6)
     assert value["control_dt"] == pytest.approx(0.02) and value["action_bounds"] == "joint_limits"
     nu = len(g1.G1_JOINT_NAMES)
     assert value["joint_names"] == list(g1.G1_JOINT_NAMES) and value["action_dim"] == nu
@@ -93,14 +79,14 @@ def test_export_matches_the_torch_policy_and_carries_metadata(walk_run, capsys):
 
 @pytest.mark.slow
 def test_export_of_an_older_or_lone_checkpoint(walk_run, tmp_path):
-    ckpt = walk_run / "checkpoints" / "iter_0000002.pt"
-    out = tmp_path / "iter2.onnx"
+    ckpt = walk_run / "checkpoints" / "iter_0000003.pt"
+    out = tmp_path / "iter3.onnx"
     assert _export(walk_run, "--checkpoint", ckpt, "--out", out, "--format", "onnx") == 0
     meta = {p.key: p.value for p in onnx.load(str(out)).metadata_props}
-    assert json.loads(meta["iteration"]) == 2 and meta["checkpoint"] == "iter_0000002.pt"
+    assert json.loads(meta["iteration"]) == 3 and meta["checkpoint"] == "iter_0000003.pt"
     out = tmp_path / "lone.onnx"
     assert _export(ckpt, "--out", out) == 0
-    assert json.loads({p.key: p.value for p in onnx.load(str(out)).metadata_props}["iteration"]) == 2
+    assert json.loads({p.key: p.value for p in onnx.load(str(out)).metadata_props}["iteration"]) == 3
 
 
 @pytest.mark.slow

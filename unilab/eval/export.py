@@ -45,7 +45,7 @@ def policy_metadata(env, config: dict, state: dict, checkpoint: Path) -> dict[st
         "unilab_version": unilab.__version__,
         "task": config["task"]["name"],
         "algo": config["algo"]["name"],
-        "checkpoint": checkpoint.name,
+        "checkpoint": checkpoint.resolve().name,
         "iteration": int(state["iteration"]),
         "env_steps": int(state.get("env_steps", 0)),
         "control_dt": float(f"{env.dt:.7g}"),
@@ -69,23 +69,12 @@ def policy_metadata(env, config: dict, state: dict, checkpoint: Path) -> dict[st
     return {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
 
 
-def _out_path(out: str | None) -> Path | None:
-    if out is None:
-        return None
-    path = Path(out).expanduser()
-    if path.is_dir():
-        raise EvalInputError(f"--out {out}: is a directory; give a file name, e.g. {path / 'policy.onnx'}")
-    if not path.parent.is_dir():
-        raise EvalInputError(f"--out {out}: {path.parent} is not a directory")
-    return path
-
-
 def export(run: str, *, checkpoint: str | None = None, fmt: str = "onnx", out: str | None = None) -> Path:
     """Write the policy; returns the file. EvalInputError for bad input (before anything is written)."""
     from unilab.registry import instantiate
     from unilab.rundir.checkpoint import run_dir_of
     from unilab.rundir.layout import RUN_CONFIG_FILE
-    from unilab.runtime.play import load_learner
+    from unilab.runtime.play import load_learner, out_file
     from unilab.tasks import make_env
 
     if fmt not in FORMATS:
@@ -93,7 +82,10 @@ def export(run: str, *, checkpoint: str | None = None, fmt: str = "onnx", out: s
     path = Path(run).expanduser()
     if path.is_file() and path.name != RUN_CONFIG_FILE and checkpoint is None:  # a lone checkpoint file
         checkpoint, run = str(path), str(run_dir_of(path))
-    out_path = _out_path(out)
+    try:
+        out_path = None if out is None else out_file(out, "policy.onnx")
+    except ValueError as exc:
+        raise EvalInputError(str(exc)) from exc
     config, ckpt = check_inputs(run, checkpoint, tasks=None)
     seed = int(config["training"]["seed"])
     task = instantiate("task", {**config["task"], "num_envs": 1})
