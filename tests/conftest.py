@@ -9,6 +9,24 @@ from fakes import FakeMpsDaemon, FakeNvml, install_fake_control_binary
 from unilab.mps import HostFacts
 
 
+SMOKE_WALK = ["+preset=cpu_smoke", "task.num_envs=8", "training.tensorboard=false", "algo.max_iterations=6",
+              "algo.save_interval=3"]
+
+
+@pytest.fixture(scope="session")
+def walk_run(tmp_path_factory):
+    """A tiny finished CPU run of the walk task (checkpoints at iterations 3 and 6), shared by the tests
+    that read a run (eval, export); they may add files to it but change none."""
+    import subprocess
+    import sys
+
+    log_dir = tmp_path_factory.mktemp("walk_runs")
+    cmd = [sys.executable, "-m", "unilab.cli.train", *SMOKE_WALK, f"training.log_dir={log_dir}", "training.run_name=walk"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return log_dir / "walk"
+
+
 @pytest.fixture
 def short_tmp():
     """Unix socket paths must stay under ~100 bytes; pytest's tmp_path can be longer."""

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import mujoco
@@ -105,18 +103,7 @@ def test_suites_change_the_randomisation_only():
         walk.task_overrides("windy", s)
 
 
-SMOKE = ["+preset=cpu_smoke", "task.num_envs=8", "training.tensorboard=false", "algo.max_iterations=6",
-         "algo.save_interval=3"]
 TINY = ["--envs-per-command", "1", "--hold-s", "0.2", "--window-s", "0.1", "--device", "cpu"]
-
-
-@pytest.fixture(scope="module")
-def walk_run(tmp_path_factory):
-    log_dir = tmp_path_factory.mktemp("eval_runs")
-    cmd = [sys.executable, "-m", "unilab.cli.train", *SMOKE, f"training.log_dir={log_dir}", "training.run_name=walk"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return log_dir / "walk"
 
 
 def _eval(*args) -> int:

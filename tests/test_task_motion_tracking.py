@@ -55,6 +55,14 @@ def test_shapes_and_contract(env, cache):
     assert env.clip.source.startswith(str(cache))  # motion_file=None: the default clip
 
 
+def test_policy_obs_layout_and_uniform_action_spans(env):
+    layout = env.policy_obs_layout()
+    assert [n for n, _, _ in layout][:2] == ["ref_joint_pos", "ref_joint_vel"] and layout[-1][0] == "last_action"
+    assert sum(size for _, size, _ in layout) == OBS_DIM and {scale for _, _, scale in layout} == {1.0}
+    low, high = env.action_spans()
+    assert torch.equal(low, high) and torch.all(low == env.cfg.action_scale) and low.shape == (29,)
+
+
 def test_reward_terms_finite(env):
     env.reset()
     gen = torch.Generator().manual_seed(1)

@@ -20,6 +20,8 @@ import copy
 import dataclasses
 import importlib.util
 import math
+import os
+import tempfile
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from typing import Any
@@ -365,8 +367,9 @@ class OffPolicyLearner(ABC):
         """A checkpoint of an earlier version in today's layout."""
         return sd
 
-    def export_onnx(self, path: str) -> None:
-        """Write the deterministic actor, normaliser included, as an ONNX model."""
+    def export_onnx(self, path: str, metadata: dict[str, str] | None = None) -> None:
+        """Write the deterministic actor, normaliser included, as an ONNX model, with `metadata` as its
+        metadata_props; the file appears whole or not at all."""
         # torch's ONNX exporter (torch.export based) needs both packages.
         missing = [pkg for pkg in ("onnx", "onnxscript") if importlib.util.find_spec(pkg) is None]
         if missing:
@@ -375,15 +378,30 @@ class OffPolicyLearner(ABC):
             )
         policy = self._onnx_policy().cpu().float().eval()
         example = torch.zeros(2, self.obs_dim)  # batch 2: torch.export specialises a batch of 1
-        torch.onnx.export(
-            policy,
-            (example,),
-            path,
-            input_names=["obs"],
-            output_names=["action"],
-            dynamic_shapes={"obs": {0: torch.export.Dim("batch")}},
-            external_data=False,
-        )
+        fd, tmp = tempfile.mkstemp(prefix=".export_", suffix=".onnx", dir=os.path.dirname(os.path.abspath(path)))
+        os.close(fd)
+        try:
+            torch.onnx.export(
+                policy,
+                (example,),
+                tmp,
+                input_names=["obs"],
+                output_names=["action"],
+                dynamic_shapes={"obs": {0: torch.export.Dim("batch")}},
+                external_data=False,
+            )
+            if metadata:
+                import onnx
+
+                model = onnx.load(tmp)
+                for key, value in metadata.items():
+                    entry = model.metadata_props.add()
+                    entry.key, entry.value = str(key), str(value)
+                onnx.save(model, tmp)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
 
 
 def make_learner(

@@ -86,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_eval_parser(sub)
 
+    from unilab.eval.export import add_parser as add_export_parser
+
+    add_export_parser(sub)
+
     from unilab.bench.cli import add_bench_parser
     from unilab.bench.curves import add_parser as add_plot_parser
     from unilab.mps.cli import add_mps_parser

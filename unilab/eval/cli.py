@@ -28,8 +28,8 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
-def check_inputs(run: str, checkpoint: str | None) -> tuple[dict, Path]:
-    """The run's config and the checkpoint to evaluate, or EvalInputError."""
+def check_inputs(run: str, checkpoint: str | None, tasks: tuple[str, ...] | None = EVALUATED_TASKS) -> tuple[dict, Path]:
+    """The run's config and the checkpoint to evaluate, or EvalInputError. tasks: those accepted (None: any)."""
     from unilab.rundir.checkpoint import find_checkpoint, run_dir_of
     from unilab.rundir.run_config import load_run_config
 
@@ -38,7 +38,7 @@ def check_inputs(run: str, checkpoint: str | None) -> tuple[dict, Path]:
     except (FileNotFoundError, ValueError) as exc:
         raise EvalInputError(f"{run} is not a run directory ({exc})") from exc
     task, algo = config["task"]["name"], config["algo"]["name"]
-    if task not in EVALUATED_TASKS:
+    if tasks is not None and task not in tasks:
         raise EvalInputError(f"no evaluation for task {task!r} yet; evaluated tasks: {', '.join(EVALUATED_TASKS)}")
     try:
         ckpt = find_checkpoint(checkpoint or run)

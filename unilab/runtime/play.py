@@ -126,9 +126,14 @@ def report_path(run_dir: str | Path, out: str | None) -> Path:
             if not path.exists():
                 return path
         raise ValueError(f"{run_dir}: too many play reports named play_{stamp}*.json")
+    return out_file(out, "play.json")
+
+
+def out_file(out: str, example: str) -> Path:
+    """The file of an `--out` option; ValueError for one that is a directory or in a missing one."""
     path = Path(out).expanduser()
     if path.is_dir():
-        raise ValueError(f"--out {out}: is a directory; give a file name, e.g. {path / 'play.json'}")
+        raise ValueError(f"--out {out}: is a directory; give a file name, e.g. {path / example}")
     if not path.parent.is_dir():
         raise ValueError(f"--out {out}: {path.parent} is not a directory")
     return path

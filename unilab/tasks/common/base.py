@@ -294,6 +294,16 @@ class TaskEnv:
             backend_ms = self._timer.physics_ms()
         return {"backend_ms": float(backend_ms), "task_ms": self._timer.task_ms()}
 
+    # ------------------------------------------------------- policy interface
+    def action_spans(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(nu,) radians that actions of -1 and +1 move each joint target from the default pose."""
+        span = torch.full_like(self.default_joint_pos, self.action_scale)
+        return span, span
+
+    def policy_obs_layout(self) -> list[tuple[str, int, float]]:
+        """The policy observation's terms in order: (name, size, scale the raw quantity is multiplied by)."""
+        return [("obs", int(self.obs_dim), 1.0)]
+
     # ------------------------------------------------------------ plumbing
     def _apply_actions(self) -> None:
         """PD position targets around the default pose."""

@@ -262,25 +262,31 @@ class G1MotionTrackingEnv(TaskEnv):
         return rk.out_of_limits(self.joint_pos, self.soft_lower, self.soft_upper)
 
     # --------------------------------------------------------- observations
-    def _compute_obs(self) -> torch.Tensor:
+    _POLICY_TERM_NAMES = ("ref_joint_pos", "ref_joint_vel", "anchor_pos_b", "anchor_ori_b", "base_lin_vel_b",
+                          "base_ang_vel_b", "joint_pos_rel", "joint_vel", "last_action")
+
+    def _policy_terms(self) -> list[torch.Tensor]:
         a = self._anchor
         anchor_pos, anchor_quat = self.body_pos[:, a], self.body_quat[:, a]
         anchor_pos_b = qm.quat_apply_inverse(anchor_quat, self.ref_body_pos[:, a] - anchor_pos)
         anchor_ori_b = qm.matrix_first_two_columns(qm.quat_mul(qm.quat_conjugate(anchor_quat), self.ref_body_quat[:, a]))
-        return torch.cat(
-            (
-                self.ref_joint_pos,
-                self.ref_joint_vel,
-                anchor_pos_b,
-                anchor_ori_b,
-                qm.quat_apply_inverse(self.base_quat, self.base_lin_vel_w),
-                self.base_ang_vel_b,
-                self.joint_pos - self.default_joint_pos,
-                self.joint_vel,
-                self.actions,
-            ),
-            dim=-1,
-        )
+        return [
+            self.ref_joint_pos,
+            self.ref_joint_vel,
+            anchor_pos_b,
+            anchor_ori_b,
+            qm.quat_apply_inverse(self.base_quat, self.base_lin_vel_w),
+            self.base_ang_vel_b,
+            self.joint_pos - self.default_joint_pos,
+            self.joint_vel,
+            self.actions,
+        ]
+
+    def _compute_obs(self) -> torch.Tensor:
+        return torch.cat(self._policy_terms(), dim=-1)
+
+    def policy_obs_layout(self) -> list[tuple[str, int, float]]:
+        return [(n, int(t.shape[-1]), 1.0) for n, t in zip(self._POLICY_TERM_NAMES, self._policy_terms(), strict=True)]
 
     def _compute_critic_obs(self) -> torch.Tensor:
         """Policy obs plus the tracked bodies' positions and orientations (6D) in the robot anchor frame."""

@@ -76,6 +76,9 @@ class G1WalkFlatEnv(TaskEnv):
                     (self.soft_upper - self.default_joint_pos).clamp(min=0.0))
         raise ValueError(f"task.action_bounds={cfg.action_bounds!r}: choose joint_limits or uniform")
 
+    def action_spans(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._action_low, self._action_high
+
     def _apply_actions(self) -> None:
         a = self.actions
         self.backend.ctrl.copy_(self.default_joint_pos + torch.where(a < 0.0, a * self._action_low, a * self._action_high))
@@ -239,6 +242,13 @@ class G1WalkFlatEnv(TaskEnv):
             self.commands,
             torch.cat((torch.sin(phase), torch.cos(phase)), dim=1),
         ]
+
+    def policy_obs_layout(self) -> list[tuple[str, int, float]]:
+        o = self.cfg.observations
+        names = ("base_ang_vel", "projected_gravity", "joint_pos_rel", "joint_vel", "last_action", "command",
+                 "gait_phase_sin_cos")
+        scales = (o.ang_vel_scale, 1.0, 1.0, o.joint_vel_scale, 1.0, 1.0, 1.0)
+        return [(n, int(t.shape[-1]), float(s)) for n, t, s in zip(names, self._policy_terms(), scales, strict=True)]
 
     def _compute_obs(self) -> torch.Tensor:
         terms = self._policy_terms()

@@ -1,0 +1,123 @@
+"""`unilab export RUN [--checkpoint FILE] [--format onnx] [--out FILE]`: a run's policy as a file to deploy.
+
+RUN is a run directory (finished or interrupted: its latest checkpoint) or a checkpoint file inside one
+(the run's run_config.json is read from beside its checkpoints/ folder). The ONNX model maps `obs` to the
+deterministic `action` in [-1, 1], the observation normaliser included; its metadata_props say how to
+build the observation and how to turn the action into PD targets (METADATA_KEYS; lists and numbers as
+JSON). Bad input (not a run, no checkpoint, a checkpoint that does not fit, an unknown format) exits 2
+and writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .cli import EvalInputError, check_inputs
+
+FORMATS = ("onnx",)
+METADATA_SCHEMA = "unilab.policy/1"
+METADATA_KEYS = (
+    "schema", "unilab_version", "task", "algo", "checkpoint", "iteration", "env_steps", "control_dt",
+    "obs_dim", "action_dim", "joint_names", "default_joint_pos", "action_bounds", "action_scale",
+    "action_span_low", "action_span_high", "action_to_target", "kp", "kd", "observation_names",
+    "observation_sizes", "observation_scales", "observation_clip",
+)
+
+
+def _floats(values) -> list[float]:
+    return [float(f"{float(v):.7g}") for v in values]
+
+
+def policy_metadata(env, config: dict, state: dict, checkpoint: Path) -> dict[str, str]:
+    """metadata_props of an exported policy: joints in actuator order, gains from the MuJoCo model."""
+    import unilab
+
+    m = env.mj_model
+    low, high = env.action_spans()
+    layout = env.policy_obs_layout()
+    clip = getattr(getattr(env.cfg, "observations", None), "clip", None)
+    bounds = str(getattr(env.cfg, "action_bounds", "uniform"))
+    values = {
+        "schema": METADATA_SCHEMA,
+        "unilab_version": unilab.__version__,
+        "task": config["task"]["name"],
+        "algo": config["algo"]["name"],
+        "checkpoint": checkpoint.resolve().name,
+        "iteration": int(state["iteration"]),
+        "env_steps": int(state.get("env_steps", 0)),
+        "control_dt": float(f"{env.dt:.7g}"),
+        "obs_dim": int(env.obs_dim),
+        "action_dim": int(env.action_dim),
+        "joint_names": [m.joint(int(j)).name for j in m.actuator_trnid[:, 0]],
+        "default_joint_pos": _floats(env.default_joint_pos.tolist()),
+        "action_bounds": bounds,
+        "action_scale": float(env.action_scale) if bounds == "uniform" else None,  # null: per-joint spans
+        "action_span_low": _floats(low.tolist()),
+        "action_span_high": _floats(high.tolist()),
+        "action_to_target": "default_joint_pos + action * (action_span_high if action >= 0 else action_span_low)",
+        "kp": _floats(m.actuator_gainprm[:, 0]),
+        "kd": _floats(-m.actuator_biasprm[:, 2]),
+        "observation_names": [name for name, _, _ in layout],
+        "observation_sizes": [size for _, size, _ in layout],
+        "observation_scales": _floats(scale for _, _, scale in layout),
+        "observation_clip": None if clip is None else float(clip),
+    }
+    assert tuple(values) == METADATA_KEYS and sum(values["observation_sizes"]) == env.obs_dim
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
+
+
+def export(run: str, *, checkpoint: str | None = None, fmt: str = "onnx", out: str | None = None) -> Path:
+    """Write the policy; returns the file. EvalInputError for bad input (before anything is written)."""
+    from unilab.registry import instantiate
+    from unilab.rundir.checkpoint import run_dir_of
+    from unilab.rundir.layout import RUN_CONFIG_FILE
+    from unilab.runtime.play import load_learner, out_file
+    from unilab.tasks import make_env
+
+    if fmt not in FORMATS:
+        raise EvalInputError(f"--format {fmt}: unknown; choose from {', '.join(FORMATS)}")
+    path = Path(run).expanduser()
+    if path.is_file() and path.name != RUN_CONFIG_FILE and checkpoint is None:  # a lone checkpoint file
+        checkpoint, run = str(path), str(run_dir_of(path))
+    try:
+        out_path = None if out is None else out_file(out, "policy.onnx")
+    except ValueError as exc:
+        raise EvalInputError(str(exc)) from exc
+    config, ckpt = check_inputs(run, checkpoint, tasks=None)
+    seed = int(config["training"]["seed"])
+    task = instantiate("task", {**config["task"], "num_envs": 1})
+    env = make_env(task, instantiate("sim", config["sim"]), "cpu", seed)
+    try:
+        learner, state = load_learner(instantiate("algo", config["algo"]), env, ckpt, "cpu", seed)
+    except ValueError as exc:
+        raise EvalInputError(str(exc)) from exc
+    run_dir = path.parent if path.is_file() and path.name == RUN_CONFIG_FILE else Path(run)
+    out_path = out_path or run_dir / f"policy_iter_{int(state['iteration']):07d}.{fmt}"
+    learner.export_onnx(str(out_path), policy_metadata(env, config, state, ckpt))
+    return out_path
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("export", help="write a run's policy as ONNX with its deployment metadata "
+                       "(joints, default pose, action spans, gains, observation layout, dt)")
+    p.add_argument("run", help="run directory, or a checkpoint file in one")
+    p.add_argument("--checkpoint", help="checkpoint file (default: the run's latest)")
+    p.add_argument("--format", default="onnx", help=f"one of: {', '.join(FORMATS)} (default: onnx)")
+    p.add_argument("--out", help="output file (default: RUN/policy_iter_<iteration>.onnx)")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        out = export(args.run, checkpoint=args.checkpoint, fmt=args.format, out=args.out)
+    except EvalInputError as exc:
+        print(f"unilab export: {exc}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:  # a missing onnx package
+        print(f"unilab export: {exc}", file=sys.stderr)
+        return 1
+    print(f"unilab export: wrote {out}")
+    return 0
