@@ -468,3 +468,78 @@ def test_timeouts_are_range_checked_at_compose(tmp_path, spies, capsys, key, val
     err = capsys.readouterr().err
     assert f"training.{key}=" in err and "expected a finite number > 0" in err, err
     assert "Traceback" not in err and not log_dir.exists() and spies[0].calls == []
+
+
+# ---------------------------------------------------------------- evidence: what produced the run
+
+def test_the_manifest_records_the_source_and_the_versions(tmp_path):
+    """The real entry point in a fresh interpreter (only the process launch stubbed): the git commit and dirty flag
+    of this checkout, the library versions from the package metadata, torch's CUDA version; torch and Warp still
+    never imported by the launcher."""
+    import importlib.metadata
+
+    log_dir = tmp_path / "runs"
+    script = (
+        "import sys\n"
+        "import unilab.launcher.launch as launch\n"
+        "launch.launch = lambda prepared, cfg: 0\n"
+        "from unilab.cli.train import main\n"
+        "main(sys.argv[1:])\n"
+        "print('RESULT', *(m in sys.modules for m in ('torch', 'warp', 'mujoco_warp')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, "training.device=cpu", f"training.log_dir={log_dir}",
+                           "training.run_name=r"], capture_output=True, text=True, timeout=120)
+    assert "RESULT False False False" in done.stdout, done.stdout + done.stderr
+    manifest = json.loads((log_dir / "r" / "runtime_manifest.json").read_text())
+    root = Path(__file__).resolve().parents[1]
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:
+        assert manifest["source"]["git_commit"] == head.stdout.strip()
+        assert isinstance(manifest["source"]["git_dirty"], bool)
+    versions = manifest["versions"]
+    for key, dist in (("torch", "torch"), ("warp", "warp-lang"), ("mujoco", "mujoco"), ("mujoco_warp", "mujoco-warp")):
+        assert versions[key] == importlib.metadata.version(dist)
+    import torch
+
+    assert versions["cuda"] == torch.version.cuda
+    assert versions["nvidia_driver"] is None or versions["nvidia_driver"][0].isdigit()
+    assert manifest["schema_version"] == 2
+
+
+def test_no_git_and_no_driver_record_none_and_the_run_goes_ahead(tmp_path, spies, monkeypatch):
+    import unilab.mps.nvml as nvml
+
+    def no_driver(self):
+        raise nvml.NvmlUnavailable("NVML Shared Library Not Found (fake)")
+
+    monkeypatch.setenv("PATH", str(tmp_path / "no-git-here"))
+    monkeypatch.setattr(nvml.SystemNvml, "driver_version", no_driver)
+    log_dir = tmp_path / "runs"
+    assert run_train("training.device=cpu", f"training.log_dir={log_dir}") == 0
+    (run,) = run_dirs(log_dir)
+    manifest = json.loads((run / "runtime_manifest.json").read_text())
+    assert manifest["source"] == {"git_commit": None, "git_dirty": None}
+    assert manifest["versions"]["nvidia_driver"] is None and manifest["versions"]["torch"]
+
+
+def test_an_installed_copy_inside_another_repository_records_no_commit(tmp_path):
+    """unilab installed in a virtual environment inside some project's checkout: that project's commit is not
+    unilab's."""
+    from unilab.rundir.provenance import source_evidence
+
+    project = tmp_path / "project"
+    site = project / ".venv" / "site-packages"
+    (site / "unilab").mkdir(parents=True)
+    if subprocess.run(["git", "init", "-q", str(project)], capture_output=True).returncode != 0:
+        pytest.skip("git is not usable here")
+    assert source_evidence(site).git_commit is None
+    assert source_evidence(tmp_path / "not-a-checkout").git_commit is None
+
+
+def test_the_manifest_schema_lists_source_and_versions(capsys):
+    assert tools_main(["manifest", "schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert {"source", "versions"} <= set(schema["properties"])
+    assert set(schema["$defs"]["SourceEvidence"]["properties"]) == {"git_commit", "git_dirty"}
+    assert set(schema["$defs"]["VersionEvidence"]["properties"]) == {"torch", "warp", "mujoco", "mujoco_warp", "cuda",
+                                                                      "nvidia_driver"}
