@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -543,3 +544,66 @@ def test_the_manifest_schema_lists_source_and_versions(capsys):
     assert set(schema["$defs"]["SourceEvidence"]["properties"]) == {"git_commit", "git_dirty"}
     assert set(schema["$defs"]["VersionEvidence"]["properties"]) == {"torch", "warp", "mujoco", "mujoco_warp", "cuda",
                                                                       "nvidia_driver"}
+
+
+# ---------------------------------------------------------------- CLI habits
+
+def test_short_form_value_flags(tmp_path, spies):
+    log_dir = tmp_path / "runs"
+    assert run_train("--num-envs", "8", "--seed=-3", "--max-iterations", "7", "--device", "cpu", "--run-name", "walk",
+                     f"training.log_dir={log_dir}") == 0
+    config = json.loads((log_dir / "walk" / "run_config.json").read_text())
+    assert config["task"]["num_envs"] == 8 and config["training"]["seed"] == -3
+    assert config["algo"]["max_iterations"] == 7 and config["training"]["device"] == "cpu"
+    assert config["training"]["run_name"] == "walk"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--seed", "1", "training.seed=2"], "'training.seed' is chosen twice"),
+    (["--num-envs"], "--num-envs needs a value"),
+    (["--device", "--seed", "1"], "--device needs a value"),
+    (["--algo", "flashsac_schema"], "flashsac_schema holds the defaults"),
+    (["--task=g1_walk_flat_schema"], "choose one of: g1_motion_tracking, g1_walk_flat"),
+    (["-m", "algo=fastsac,fastsac_schema"], "fastsac_schema holds the defaults"),
+    (["--sim", "mjwarp_schema"], "choose one of: mjwarp"),
+])
+def test_short_form_refusals(tmp_path, spies, capsys, args, needle):
+    log_dir = tmp_path / "runs"
+    assert run_train(*args, "training.device=cpu" if "--device" not in args else "x=1",
+                     f"training.log_dir={log_dir}") == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+    assert not log_dir.exists() and spies[0].calls == []
+
+
+def test_train_help_shows_the_short_form_and_no_schema_nodes():
+    """`train --help` as a user runs it (a fresh interpreter)."""
+    done = subprocess.run([sys.executable, "-m", "unilab.cli.train", "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for flag, key in (("--algo NAME", "algo=NAME"), ("--num-envs N", "task.num_envs=N"), ("--seed N", "training.seed=N"),
+                      ("--max-iterations N", "algo.max_iterations=N"), ("--device DEV", "training.device=DEV"),
+                      ("--run-name NAME", "training.run_name=NAME")):
+        assert re.search(rf"{re.escape(flag)}\s+{re.escape(key)}", out), flag
+    assert re.search(r"algo\s+fastsac, flashsac,", out) and "preset     cpu_smoke" in out
+    assert "_schema" not in out
+
+
+def test_unilab_version_and_list(capsys):
+    from unilab import __version__
+
+    with pytest.raises(SystemExit) as exc:
+        tools_main(["--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out.strip() == f"unilab {__version__}"
+    done = subprocess.run([sys.executable, "-m", "unilab.cli.tools", "list"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "_schema" not in done.stdout
+    for line in ("algo:", "  fastsac ", "  flashsac_g1_walk_flat ", "task:", "  g1_walk_flat ", "preset:", "  cpu_smoke ",
+                 "execution:", "  mps "):
+        assert line in done.stdout, line
+    assert tools_main(["list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [m["name"] for m in listed["task"]] == ["g1_motion_tracking", "g1_walk_flat"]
+    assert "sac" in [m["name"] for m in listed["algo"]] and listed["preset"][0]["name"] == "cpu_smoke"
