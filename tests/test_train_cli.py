@@ -493,8 +493,9 @@ def test_the_manifest_records_the_source_and_the_versions(tmp_path):
     assert "RESULT False False False" in done.stdout, done.stdout + done.stderr
     manifest = json.loads((log_dir / "r" / "runtime_manifest.json").read_text())
     root = Path(__file__).resolve().parents[1]
-    head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True)
-    if head.returncode == 0:
+    top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+    if top.returncode == 0 and Path(top.stdout.strip()).resolve() == root:  # a checkout of unilab (not a copy)
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True)
         assert manifest["source"]["git_commit"] == head.stdout.strip()
         assert isinstance(manifest["source"]["git_dirty"], bool)
     versions = manifest["versions"]
