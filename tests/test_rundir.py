@@ -172,3 +172,24 @@ def test_a_checkpoint_of_other_observation_sizes_is_refused_not_padded():
     check_dims(state, {"obs_dim": 45, "critic_obs_dim": 48, "action_dim": 12}, "iter_0000010.pt")
     with pytest.raises(ValueError, match="obs_dim: checkpoint 45, now 47"):
         check_dims(state, {"obs_dim": 47, "critic_obs_dim": 48, "action_dim": 12}, "iter_0000010.pt")
+
+
+def test_the_summary_holds_the_mean_env_steps_per_s(tmp_path):
+    """run_summary.json: the mean over the iterations that have a rate (the last has none), the latest row of a
+    redone iteration counting."""
+    from types import SimpleNamespace
+
+    from unilab.launcher.launch import _summary
+
+    rows = [{"iteration": 0, "env_steps_per_s": None}, {"iteration": 1, "env_steps_per_s": 1000.0},
+            {"iteration": 2, "env_steps_per_s": 5000.0}, {"iteration": 2, "env_steps_per_s": 2000.0},
+            {"iteration": 3, "env_steps_per_s": None}]
+    (tmp_path / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"iteration": 4, "env')
+    supervisor = SimpleNamespace(cause=None, interrupted_by=None, learner_summary={"iterations": 4}, status="completed",
+                                 failed_role=None, traceback=None, procs={}, notes=[])
+    summary = _summary(supervisor, 0.0, tmp_path)
+    assert summary.mean_env_steps_per_s == 1500.0
+    summary.write(tmp_path)
+    assert json.loads((tmp_path / "run_summary.json").read_text())["mean_env_steps_per_s"] == 1500.0
+    (tmp_path / METRICS_FILE).unlink()
+    assert _summary(supervisor, 0.0, tmp_path).mean_env_steps_per_s is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -468,3 +469,142 @@ def test_timeouts_are_range_checked_at_compose(tmp_path, spies, capsys, key, val
     err = capsys.readouterr().err
     assert f"training.{key}=" in err and "expected a finite number > 0" in err, err
     assert "Traceback" not in err and not log_dir.exists() and spies[0].calls == []
+
+
+# ---------------------------------------------------------------- evidence: what produced the run
+
+def test_the_manifest_records_the_source_and_the_versions(tmp_path):
+    """The real entry point in a fresh interpreter (only the process launch stubbed): the git commit and dirty flag
+    of this checkout, the library versions from the package metadata, torch's CUDA version; torch and Warp still
+    never imported by the launcher."""
+    import importlib.metadata
+
+    log_dir = tmp_path / "runs"
+    script = (
+        "import sys\n"
+        "import unilab.launcher.launch as launch\n"
+        "launch.launch = lambda prepared, cfg: 0\n"
+        "from unilab.cli.train import main\n"
+        "main(sys.argv[1:])\n"
+        "print('RESULT', *(m in sys.modules for m in ('torch', 'warp', 'mujoco_warp')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, "training.device=cpu", f"training.log_dir={log_dir}",
+                           "training.run_name=r"], capture_output=True, text=True, timeout=120)
+    assert "RESULT False False False" in done.stdout, done.stdout + done.stderr
+    manifest = json.loads((log_dir / "r" / "runtime_manifest.json").read_text())
+    root = Path(__file__).resolve().parents[1]
+    top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+    if top.returncode == 0 and Path(top.stdout.strip()).resolve() == root:  # a checkout of unilab (not a copy)
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True)
+        assert manifest["source"]["git_commit"] == head.stdout.strip()
+        assert isinstance(manifest["source"]["git_dirty"], bool)
+    versions = manifest["versions"]
+    for key, dist in (("torch", "torch"), ("warp", "warp-lang"), ("mujoco", "mujoco"), ("mujoco_warp", "mujoco-warp")):
+        assert versions[key] == importlib.metadata.version(dist)
+    import torch
+
+    assert versions["cuda"] == torch.version.cuda
+    assert versions["nvidia_driver"] is None or versions["nvidia_driver"][0].isdigit()
+    assert manifest["schema_version"] == 2
+
+
+def test_no_git_and_no_driver_record_none_and_the_run_goes_ahead(tmp_path, spies, monkeypatch):
+    import unilab.mps.nvml as nvml
+
+    def no_driver(self):
+        raise nvml.NvmlUnavailable("NVML Shared Library Not Found (fake)")
+
+    monkeypatch.setenv("PATH", str(tmp_path / "no-git-here"))
+    monkeypatch.setattr(nvml.SystemNvml, "driver_version", no_driver)
+    log_dir = tmp_path / "runs"
+    assert run_train("training.device=cpu", f"training.log_dir={log_dir}") == 0
+    (run,) = run_dirs(log_dir)
+    manifest = json.loads((run / "runtime_manifest.json").read_text())
+    assert manifest["source"] == {"git_commit": None, "git_dirty": None}
+    assert manifest["versions"]["nvidia_driver"] is None and manifest["versions"]["torch"]
+
+
+def test_an_installed_copy_inside_another_repository_records_no_commit(tmp_path):
+    """unilab installed in a virtual environment inside some project's checkout: that project's commit is not
+    unilab's."""
+    from unilab.rundir.provenance import source_evidence
+
+    project = tmp_path / "project"
+    site = project / ".venv" / "site-packages"
+    (site / "unilab").mkdir(parents=True)
+    if subprocess.run(["git", "init", "-q", str(project)], capture_output=True).returncode != 0:
+        pytest.skip("git is not usable here")
+    assert source_evidence(site).git_commit is None
+    assert source_evidence(tmp_path / "not-a-checkout").git_commit is None
+
+
+def test_the_manifest_schema_lists_source_and_versions(capsys):
+    assert tools_main(["manifest", "schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert {"source", "versions"} <= set(schema["properties"])
+    assert set(schema["$defs"]["SourceEvidence"]["properties"]) == {"git_commit", "git_dirty"}
+    assert set(schema["$defs"]["VersionEvidence"]["properties"]) == {"torch", "warp", "mujoco", "mujoco_warp", "cuda",
+                                                                      "nvidia_driver"}
+
+
+# ---------------------------------------------------------------- CLI habits
+
+def test_short_form_value_flags(tmp_path, spies):
+    log_dir = tmp_path / "runs"
+    assert run_train("--num-envs", "8", "--seed=-3", "--max-iterations", "7", "--device", "cpu", "--run-name", "walk",
+                     f"training.log_dir={log_dir}") == 0
+    config = json.loads((log_dir / "walk" / "run_config.json").read_text())
+    assert config["task"]["num_envs"] == 8 and config["training"]["seed"] == -3
+    assert config["algo"]["max_iterations"] == 7 and config["training"]["device"] == "cpu"
+    assert config["training"]["run_name"] == "walk"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--seed", "1", "training.seed=2"], "'training.seed' is chosen twice"),
+    (["--num-envs"], "--num-envs needs a value"),
+    (["--device", "--seed", "1"], "--device needs a value"),
+    (["--algo", "flashsac_schema"], "flashsac_schema holds the defaults"),
+    (["--task=g1_walk_flat_schema"], "choose one of: g1_motion_tracking, g1_walk_flat"),
+    (["-m", "algo=fastsac,fastsac_schema"], "fastsac_schema holds the defaults"),
+    (["--sim", "mjwarp_schema"], "choose one of: mjwarp"),
+])
+def test_short_form_refusals(tmp_path, spies, capsys, args, needle):
+    log_dir = tmp_path / "runs"
+    assert run_train(*args, "training.device=cpu" if "--device" not in args else "x=1",
+                     f"training.log_dir={log_dir}") == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+    assert not log_dir.exists() and spies[0].calls == []
+
+
+def test_train_help_shows_the_short_form_and_no_schema_nodes():
+    """`train --help` as a user runs it (a fresh interpreter)."""
+    done = subprocess.run([sys.executable, "-m", "unilab.cli.train", "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for flag, key in (("--algo NAME", "algo=NAME"), ("--num-envs N", "task.num_envs=N"), ("--seed N", "training.seed=N"),
+                      ("--max-iterations N", "algo.max_iterations=N"), ("--device DEV", "training.device=DEV"),
+                      ("--run-name NAME", "training.run_name=NAME")):
+        assert re.search(rf"{re.escape(flag)}\s+{re.escape(key)}", out), flag
+    assert re.search(r"algo\s+fastsac, flashsac,", out) and "preset     cpu_smoke" in out
+    assert "_schema" not in out
+
+
+def test_unilab_version_and_list(capsys):
+    from unilab import __version__
+
+    with pytest.raises(SystemExit) as exc:
+        tools_main(["--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out.strip() == f"unilab {__version__}"
+    done = subprocess.run([sys.executable, "-m", "unilab.cli.tools", "list"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "_schema" not in done.stdout
+    for line in ("algo:", "  fastsac ", "  flashsac_g1_walk_flat ", "task:", "  g1_walk_flat ", "preset:", "  cpu_smoke ",
+                 "execution:", "  mps "):
+        assert line in done.stdout, line
+    assert tools_main(["list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [m["name"] for m in listed["task"]] == ["g1_motion_tracking", "g1_walk_flat"]
+    assert "sac" in [m["name"] for m in listed["algo"]] and listed["preset"][0]["name"] == "cpu_smoke"

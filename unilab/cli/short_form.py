@@ -1,8 +1,21 @@
-"""`train --algo X --task Y --sim Z ...` maps onto the Hydra groups (algo=X task=Y sim=Z)."""
+"""`train --algo X --task Y --sim Z ...` maps onto the Hydra groups (algo=X task=Y sim=Z), and
+`--num-envs N --seed N --max-iterations N --device D --run-name R` onto their keys."""
 
 from __future__ import annotations
 
+import re
+
 GROUP_FLAGS = {"--algo": "algo", "--task": "task", "--sim": "sim", "--execution": "+execution"}
+# flag -> (the key it sets, its metavar)
+VALUE_FLAGS = {
+    "--num-envs": ("task.num_envs", "N"),
+    "--seed": ("training.seed", "N"),
+    "--max-iterations": ("algo.max_iterations", "N"),
+    "--device": ("training.device", "DEV"),
+    "--run-name": ("training.run_name", "NAME"),
+}
+GROUP_KEYS = ("algo", "task", "sim", "execution")
+_SCHEMA_NODE = re.compile(r"\w+_schema\b")
 
 
 class UsageError(ValueError):
@@ -15,31 +28,50 @@ def expand_short_form(argv: list[str]) -> list[str]:
     while i < len(argv):
         arg = argv[i]
         flag, eq, value = arg.partition("=")
-        if flag in GROUP_FLAGS:
+        if flag in GROUP_FLAGS or flag in VALUE_FLAGS:
             if not eq:
-                if i + 1 >= len(argv) or argv[i + 1].startswith("-"):
+                # a value flag's value may be negative (--seed -1); none starts with -- or is an override
+                nxt = argv[i + 1] if i + 1 < len(argv) else None
+                if (nxt is None or nxt.startswith("--") or "=" in nxt
+                        or (flag in GROUP_FLAGS and nxt.startswith("-"))):
                     raise UsageError(f"{flag} needs a value, e.g. {flag} {_example(flag)}")
-                value = argv[i + 1]
+                value = nxt
                 i += 1
-            out.append(f"{GROUP_FLAGS[flag]}={value}")
+            key = GROUP_FLAGS[flag] if flag in GROUP_FLAGS else VALUE_FLAGS[flag][0]
+            out.append(f"{key}={value}")
         else:
             out.append(arg)
         i += 1
     _reject_duplicates(out)
+    _reject_schema_nodes(out)
     return out
 
 
 def _reject_duplicates(overrides: list[str]) -> None:
-    groups: dict[str, str] = {}
+    keys = {*GROUP_KEYS, *(key for key, _ in VALUE_FLAGS.values())}
+    chosen: dict[str, str] = {}
     for arg in overrides:
         if arg.startswith("-") or "=" not in arg:
             continue
         key = arg.split("=", 1)[0].lstrip("+~")
-        if key in ("algo", "task", "sim", "execution"):
-            if key in groups:
-                raise UsageError(f"'{key}' is chosen twice: {groups[key]} and {arg}")
-            groups[key] = arg
+        if key in keys:
+            if key in chosen:
+                raise UsageError(f"'{key}' is chosen twice: {chosen[key]} and {arg}")
+            chosen[key] = arg
+
+
+def _reject_schema_nodes(overrides: list[str]) -> None:
+    """`algo=flashsac_schema` would compose the bare schema, past its YAML file: not a choice."""
+    for arg in overrides:
+        key, eq, value = arg.partition("=")
+        group = key.lstrip("+~")
+        if eq and group in GROUP_KEYS and (node := _SCHEMA_NODE.search(value)):
+            from .catalog import choices
+
+            raise UsageError(f"{group}={node.group(0)}: {node.group(0)} holds the defaults every {group} config "
+                             f"starts from and is not a choice; choose one of: {', '.join(choices(group))}")
 
 
 def _example(flag: str) -> str:
-    return {"--algo": "fastsac", "--task": "g1_walk_flat", "--sim": "mjwarp", "--execution": "mps"}[flag]
+    return {"--algo": "fastsac", "--task": "g1_walk_flat", "--sim": "mjwarp", "--execution": "mps", "--num-envs": "4096",
+            "--seed": "1", "--max-iterations": "1000", "--device": "cuda:0", "--run-name": "walk"}[flag]

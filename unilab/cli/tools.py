@@ -1,11 +1,18 @@
-"""`unilab`: tools around training runs (evidence schema, config diff, motion clips, MPS daemon, benchmarks,
-learning curves)."""
+"""`unilab`: tools around training runs (what train can use, config diff, motion clips, MPS daemon, policy
+quality and export, benchmarks, learning curves)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+
+
+def _list(args) -> int:
+    from .catalog import catalog, render_list
+
+    print(json.dumps(catalog(), indent=2) if args.json else render_list())
+    return 0
 
 
 def _manifest_schema(args) -> int:
@@ -48,8 +55,16 @@ def _play(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from unilab import __version__
+
     parser = argparse.ArgumentParser(prog="unilab", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"unilab {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    listing = sub.add_parser("list", help="what train can be told to use: algorithms, tasks, simulators, execution "
+                             "modes, presets, benchmark settings")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    listing.set_defaults(func=_list)
 
     manifest = sub.add_parser("manifest", help="runtime_manifest.json tools")
     msub = manifest.add_subparsers(dest="action", required=True)

@@ -20,7 +20,7 @@ from unilab.mps.child_env import child_device_and_env, environ
 from unilab.mps.record import CudaProcessSharingEvidence
 from unilab.rundir.layout import NO_MPS_PIPE_DIR, SUMMARY_FILE
 from unilab.rundir.manifest import RankEvidence
-from unilab.rundir.summary import RunSummary
+from unilab.rundir.summary import RunSummary, mean_env_steps_per_s
 from unilab.runtime.protocol import Ready
 from unilab.runtime.spec import RoleSpec
 
@@ -61,7 +61,7 @@ def launch(prepared: PreparedRun, cfg: DictConfig) -> int:
             supervisor.run()
         finally:
             supervisor.stop_all()
-        summary = _summary(supervisor, started)
+        summary = _summary(supervisor, started, prepared.run_dir)
         summary.notes[:0] = prepared.notes  # the resume's (a corrupt latest.pt passed over); prepared.lock holds run.lock
         play = summary.status == "completed" and not training.get("no_play", True) and not interrupted()
         if play:
@@ -137,7 +137,7 @@ def _start(prepared: PreparedRun, ranks: list[_Rank]) -> None:
               f"{r.procs['collector'].pid} on {r.device}{mode} -> {prepared.run_dir}", file=sys.stderr)
 
 
-def _summary(supervisor: Supervisor, started: float) -> RunSummary:
+def _summary(supervisor: Supervisor, started: float, run_dir) -> RunSummary:
     s = supervisor
     cause = s.cause or (f"{s.interrupted_by} received" if s.interrupted_by else None)
     stop_errors = s.learner_summary.get("stop_errors") or []  # the stop-time checkpoint or metric rows failed
@@ -148,6 +148,7 @@ def _summary(supervisor: Supervisor, started: float) -> RunSummary:
         traceback=s.traceback,
         iterations=s.learner_summary.get("iterations"),
         env_steps=s.learner_summary.get("env_steps"),
+        mean_env_steps_per_s=mean_env_steps_per_s(run_dir),
         wall_s=round(time.monotonic() - started, 3),
         exit_codes={name: p.exitcode for name, p in s.procs.items()},
         final_metrics=s.learner_summary.get("final_metrics") or {},

@@ -18,6 +18,7 @@ from unilab.mps.record import CudaProcessSharingEvidence
 from unilab.rundir.create import archive_segment, new_run_dir
 from unilab.rundir.layout import is_run_dir
 from unilab.rundir.manifest import RuntimeManifest
+from unilab.rundir.provenance import source_evidence, version_evidence
 from unilab.rundir.run_config import resolved_config, write_run_config
 
 
@@ -254,6 +255,8 @@ def prepare_run(cfg: DictConfig) -> PreparedRun:
             task=str(cfg.task.name),
             backend=str(cfg.sim.backend),
             world_size=len(devices),
+            source=source_evidence(),
+            versions=version_evidence(),
             cuda_process_sharing=evidence,
         )
         manifest.write(run_dir)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -33,19 +34,28 @@ class NvmlReader(Protocol):
     def gpus(self) -> list[GpuInfo]: ...
 
 
+@contextmanager
+def _nvml_session():
+    """pynvml, initialised for the block; NvmlUnavailable without the library or a driver."""
+    try:
+        import pynvml
+    except ImportError as exc:  # pragma: no cover - dependency declared in pyproject
+        raise NvmlUnavailable(f"nvidia-ml-py is not installed ({exc})") from exc
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        raise NvmlUnavailable(f"NVML could not be initialised: {exc}") from exc
+    try:
+        yield pynvml
+    finally:
+        pynvml.nvmlShutdown()
+
+
 class SystemNvml:
     """Reads every GPU through nvidia-ml-py; raises NvmlUnavailable without a driver."""
 
     def gpus(self) -> list[GpuInfo]:
-        try:
-            import pynvml
-        except ImportError as exc:  # pragma: no cover - dependency declared in pyproject
-            raise NvmlUnavailable(f"nvidia-ml-py is not installed ({exc})") from exc
-        try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError as exc:
-            raise NvmlUnavailable(f"NVML could not be initialised: {exc}") from exc
-        try:
+        with _nvml_session() as pynvml:
             out = []
             for i in range(pynvml.nvmlDeviceGetCount()):
                 h = pynvml.nvmlDeviceGetHandleByIndex(i)
@@ -59,8 +69,14 @@ class SystemNvml:
                     )
                 )
             return out
-        finally:
-            pynvml.nvmlShutdown()
+
+    def driver_version(self) -> str:
+        """The NVIDIA driver's version, e.g. "570.124.06"."""
+        with _nvml_session() as pynvml:
+            try:
+                return _text(pynvml.nvmlSystemGetDriverVersion())
+            except pynvml.NVMLError as exc:
+                raise NvmlUnavailable(f"NVML gave no driver version: {exc}") from exc
 
 
 def _text(value) -> str:

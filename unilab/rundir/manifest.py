@@ -18,8 +18,9 @@ from unilab.mps.record import CudaProcessSharingEvidence
 
 from .atomic import write_json_atomic
 from .layout import MANIFEST_FILE
+from .provenance import SourceEvidence, VersionEvidence
 
-MANIFEST_SCHEMA_VERSION = 1
+MANIFEST_SCHEMA_VERSION = 2  # 2: source and versions
 
 
 class RankEvidence(BaseModel):
@@ -52,6 +53,10 @@ class RuntimeManifest(BaseModel):
     task: str
     backend: str
     world_size: int = 1
+    # What produced the run (None in a manifest written before schema 2): the unilab checkout's git commit and
+    # dirty flag, and the torch / warp / mujoco / mujoco-warp / CUDA / NVIDIA driver versions.
+    source: Optional[SourceEvidence] = None
+    versions: Optional[VersionEvidence] = None
     cuda_process_sharing: CudaProcessSharingEvidence
     ranks: list[RankEvidence] = Field(default_factory=list)
 

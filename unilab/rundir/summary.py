@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from .atomic import write_json_atomic
 from .layout import SUMMARY_FILE
+from .metrics import MetricsError, read_metrics
 
 
 class RunSummary(BaseModel):
@@ -19,6 +20,9 @@ class RunSummary(BaseModel):
     traceback: Optional[str] = None
     iterations: Optional[int] = None
     env_steps: Optional[int] = None
+    # The mean of metrics.jsonl's env_steps_per_s over the iterations that have it (rank 0, every segment of a
+    # resumed run); None when no iteration has it.
+    mean_env_steps_per_s: Optional[float] = None
     wall_s: float
     exit_codes: dict[str, Optional[int]] = Field(default_factory=dict)
     final_metrics: dict[str, Any] = Field(default_factory=dict)
@@ -44,3 +48,14 @@ class RunSummary(BaseModel):
 
     def write(self, run_dir: str | Path) -> Path:
         return write_json_atomic(Path(run_dir) / SUMMARY_FILE, self.model_dump(mode="json"))
+
+
+def mean_env_steps_per_s(run_dir: str | Path) -> Optional[float]:
+    """The run's mean env-steps/s from metrics.jsonl (the latest row of each iteration; rows without it, as the
+    last iteration's, are left out). None when no row has it or the file cannot be read."""
+    try:
+        rows = read_metrics(run_dir, latest_per_iteration=True, torn_tail_ok=True)
+    except (MetricsError, OSError, ValueError):
+        return None
+    values = [float(v) for r in rows if isinstance(v := r.get("env_steps_per_s"), (int, float))]
+    return round(sum(values) / len(values), 3) if values else None
