@@ -593,3 +593,24 @@ def test_dry_run_lists_the_jobs_and_creates_nothing(tmp_path, spies, capsys):
     assert not log_dir.exists() and spies[0].calls == []
     assert run_train("--dry-run", "training.device=cpu") == 2
     assert "train -m ... --dry-run" in capsys.readouterr().err
+
+
+def test_a_real_sweep_with_a_failing_run_runs_the_other_job(tmp_path):
+    """`train -m` end to end on the CPU: job 0's run fails (start-up past its 1 ms timeout), job 1 still trains;
+    the exit status is the failed run's (1) and the summary names both run directories."""
+    log_dir = tmp_path / "runs"
+    done = subprocess.run(
+        [sys.executable, "-m", "unilab.cli.train", "-m", "+preset=cpu_smoke", "training.startup_timeout_s=0.001,900",
+         "task.num_envs=8", "algo.max_iterations=4", "training.tensorboard=false", "training.no_play=true",
+         f"training.log_dir={log_dir}"],
+        capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=str(tmp_path / "none")),
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    failed, completed = run_dirs(log_dir)
+    assert failed.name.endswith("_startup_timeout_s-0.001") and completed.name.endswith("_startup_timeout_s-900")
+    statuses = [json.loads((r / "run_summary.json").read_text())["status"] for r in (failed, completed)]
+    assert statuses == ["failed", "completed"]
+    summary = done.stderr[done.stderr.index("unilab: sweep done: 1 failed, 1 completed"):].splitlines()
+    assert summary[1] == f"  #0 training.startup_timeout_s=0.001 -> failed, {failed}"
+    assert summary[2] == f"  #1 training.startup_timeout_s=900 -> completed, {completed}"
