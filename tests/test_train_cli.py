@@ -516,7 +516,7 @@ def test_sweep_runs_every_job_and_exits_with_the_worst(tmp_path, sweep_launcher,
 
 
 def test_sweep_exit_status_is_a_failed_runs_when_no_job_was_refused(tmp_path, sweep_launcher, capsys):
-    spy = sweep_launcher(0, 1)
+    spy = sweep_launcher(1, 0)
     assert run_train("-m", "training.device=cpu", "training.seed=1,2", f"training.log_dir={tmp_path}") == 1
     assert len(spy.calls) == 2
     spy = sweep_launcher(0, 0)
