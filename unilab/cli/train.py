@@ -153,8 +153,9 @@ def main(argv: list[str] | None = None) -> None:
     app = hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")(_task)
     sweep = sweeps.Sweep(swept_keys=sweeps.sweep_keys(overrides)) if multirun else None
     scratch = tempfile.mkdtemp(prefix="unilab-dry-run-") if dry_run else None
-    if scratch:  # Hydra records a sweep (multirun.yaml) before its jobs: a dry run's record goes, and is removed
-        overrides.append(f"hydra.sweep.dir={scratch}")
+    if scratch:  # Hydra records a sweep (multirun.yaml) before its jobs: a dry run's record goes, and is removed;
+        # and its "Launching N jobs" log would read as if they ran
+        overrides += [f"hydra.sweep.dir={scratch}", "hydra/hydra_logging=disabled"]
     _SWEEP, _DRY_RUN = sweep, dry_run
     try:
         with _hydra_raises(overrides):
