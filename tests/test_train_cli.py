@@ -614,3 +614,32 @@ def test_a_real_sweep_with_a_failing_run_runs_the_other_job(tmp_path):
     summary = done.stderr[done.stderr.index("unilab: sweep done: 1 failed, 1 completed"):].splitlines()
     assert summary[1] == f"  #0 training.startup_timeout_s=0.001 -> failed, {failed}"
     assert summary[2] == f"  #1 training.startup_timeout_s=900 -> completed, {completed}"
+
+
+def test_ctrl_c_stops_a_real_sweep(tmp_path):
+    """SIGINT to the sweep's process group (Ctrl-C) during job 0's run: the run stops as interrupted, job 1 never
+    starts, exit status 130."""
+    import signal
+    import time
+
+    log_dir = tmp_path / "runs"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "unilab.cli.train", "-m", "+preset=cpu_smoke", "training.seed=1,2", "task.num_envs=8",
+         "algo.max_iterations=100000", "training.tensorboard=false", "training.no_play=true",
+         f"training.log_dir={log_dir}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env=dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=str(tmp_path / "none")))
+    try:
+        deadline = time.monotonic() + 300
+        while not any((r / "metrics.jsonl").is_file() for r in run_dirs(log_dir)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-4000:]
+            time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-4000:]
+    (run,) = run_dirs(log_dir)
+    assert json.loads((run / "run_summary.json").read_text())["status"] == "interrupted"
+    assert "unilab: sweep interrupted: 1 interrupted" in err and f"#0 training.seed=1 -> interrupted, {run}" in err
+    assert "#1" not in err
