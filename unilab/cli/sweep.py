@@ -35,9 +35,11 @@ class Job:
 
 @dataclass
 class Sweep:
-    """What one `train -m` ran. `swept_keys`: keys given several values on the command line."""
+    """What one `train -m` ran. `swept_keys`: keys given several values on the command line; `dry_run`: the
+    jobs are listed, not run."""
 
     swept_keys: set[str] = field(default_factory=set)
+    dry_run: bool = False
     jobs: list[Job] = field(default_factory=list)
     interrupted: bool = False
 

@@ -35,18 +35,14 @@ EXIT_USAGE = 2
 
 
 _SWEEP: sweeps.Sweep | None = None  # the sweep of this `train -m`, set by main()
-_DRY_RUN = False
 
 
 def _task(cfg: DictConfig) -> int | None:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
+    if _SWEEP is not None:
+        return _sweep_job(cfg, _SWEEP)
     from unilab.launcher.launch import launch
     from unilab.launcher.prepare import prepare_run
 
-    if HydraConfig.get().mode == RunMode.MULTIRUN and _SWEEP is not None:
-        return _sweep_job(cfg, _SWEEP)
     prepared = prepare_run(cfg)
     code = launch(prepared, cfg)
     if code:
@@ -64,10 +60,10 @@ def _sweep_job(cfg: DictConfig, sweep: sweeps.Sweep) -> int | None:
     hydra_cfg = HydraConfig.get()
     overrides = list(hydra_cfg.overrides.task)
     values = sweeps.swept_values(overrides, sweep.swept_keys, hydra_cfg.sweeper.get("params"))
-    job = sweeps.Job(index=int(hydra_cfg.job.num), overrides=overrides if _DRY_RUN or not values
+    job = sweeps.Job(index=int(hydra_cfg.job.num), overrides=overrides if sweep.dry_run or not values
                      else [f"{key}={value}" for key, value in values])
     sweep.jobs.append(job)
-    if _DRY_RUN:
+    if sweep.dry_run:
         return None
     suffix = sweeps.run_name_suffix(values) if not cfg.training.run_name else ""
     try:
@@ -136,11 +132,11 @@ def _user_error(exc: BaseException) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    global _SWEEP, _DRY_RUN
+    global _SWEEP
     argv = list(sys.argv[1:] if argv is None else argv)
     dry_run = "--dry-run" in argv
     argv = [a for a in argv if a != "--dry-run"]
-    multirun = any(a in ("-m", "--multirun") for a in argv)
+    multirun = any(a in ("-m", "--multirun") or a.lower() == "hydra.mode=multirun" for a in argv)
     try:
         if dry_run and not multirun:
             raise UsageError("--dry-run lists the jobs of a sweep: train -m ... --dry-run")
@@ -151,12 +147,12 @@ def main(argv: list[str] | None = None) -> None:
     register_configs()
     register_resolvers()
     app = hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")(_task)
-    sweep = sweeps.Sweep(swept_keys=sweeps.sweep_keys(overrides)) if multirun else None
+    sweep = sweeps.Sweep(swept_keys=sweeps.sweep_keys(overrides), dry_run=dry_run) if multirun else None
     scratch = tempfile.mkdtemp(prefix="unilab-dry-run-") if dry_run else None
     if scratch:  # Hydra records a sweep (multirun.yaml) before its jobs: a dry run's record goes, and is removed;
         # and its "Launching N jobs" log would read as if they ran
         overrides += [f"hydra.sweep.dir={scratch}", "hydra/hydra_logging=disabled"]
-    _SWEEP, _DRY_RUN = sweep, dry_run
+    _SWEEP = sweep
     try:
         with _hydra_raises(overrides):
             app()
@@ -173,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
         print(message, file=sys.stderr)
         raise SystemExit(EXIT_USAGE) from None
     finally:
-        _SWEEP, _DRY_RUN = None, False
+        _SWEEP = None
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
     if sweep is None:
