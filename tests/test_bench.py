@@ -285,3 +285,35 @@ def test_gate_preset_composes_per_arm():
     assert cfg.algo.max_iterations == 300 and cfg.algo.save_interval == 100000
     assert cfg.training.cuda_process_sharing.value == "mps"
     assert dict(cfg.hydra.sweeper.params) == {"training.seed": "1,2"}
+
+
+def test_compare_refuses_a_verdict_without_both_arms(tmp_path, capsys):
+    """An arm whose jobs made no run directory (refused at compose) or none of whose runs completed (a failed
+    sweep job) gets no verdict: exit 2, naming the arm and its runs."""
+    make_run(tmp_path, "base1", mode=None, sps=50_000, seed=1)
+    make_run(tmp_path, "base2", mode=None, sps=52_000, seed=2)
+    assert bench("compare", str(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert "no verdict without both arms" in err
+    assert "fastsac/g1_walk_flat: no candidate run (configured mode mps)" in err
+    assert "train -m" in err
+    failed = make_run(tmp_path, "mps1", mode="mps", sps=62_000, seed=1, status="failed", rows=20)
+    (failed / "metrics.jsonl").unlink()  # failed before its first iteration
+    make_run(tmp_path, "mps2", mode="mps", sps=64_000, seed=2, status="interrupted", rows=20)
+    assert bench("compare", str(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert ("no completed candidate run (configured mode mps): mps1 failed (the learner raised); "
+            "mps2 interrupted") in err
+    assert capsys.readouterr().out == ""
+
+
+def test_compare_reports_a_partly_failed_arm(tmp_path, capsys):
+    """One repeat failed, the other completed: a verdict (FAIL), with the failed run named in the `completed` gate."""
+    runs = ab_runs(tmp_path)
+    (runs[3] / "metrics.jsonl").unlink()
+    summary = json.loads((runs[3] / "run_summary.json").read_text())
+    (runs[3] / "run_summary.json").write_text(json.dumps(dict(summary, status="failed")))
+    code, report = compare_json(capsys, tmp_path)
+    assert code == 1 and gates(report)["completed"] is False
+    detail = next(g["detail"] for g in report["groups"][0]["gates"] if g["gate"] == "completed")
+    assert detail == "mps2: failed"

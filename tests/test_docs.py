@@ -20,7 +20,7 @@ from unilab.config import register_configs, register_resolvers
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*/*.md"))]
 BLOCK = re.compile(r"```(?:bash|sh|text)?\n(.*?)```", re.S)
-HYDRA_FLAGS = {"-m", "--multirun", "--resolve", "--help", "-h", "--hydra-help"}
+HYDRA_FLAGS = {"-m", "--multirun", "--resolve", "--help", "-h", "--hydra-help", "--dry-run"}  # --dry-run: train's own
 HYDRA_FLAGS_WITH_VALUE = {"--cfg", "-c"}
 
 

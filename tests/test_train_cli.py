@@ -608,3 +608,178 @@ def test_unilab_version_and_list(capsys):
     listed = json.loads(capsys.readouterr().out)
     assert [m["name"] for m in listed["task"]] == ["g1_motion_tracking", "g1_walk_flat"]
     assert "sac" in [m["name"] for m in listed["algo"]] and listed["preset"][0]["name"] == "cpu_smoke"
+
+
+# ---------------------------------------------------------------- sweeps (`train -m`)
+
+class CodeSpy(Spy):
+    """A launcher returning the next of `codes` per job (the run directory recorded)."""
+
+    def __init__(self, codes):
+        super().__init__()
+        self.codes = list(codes)
+
+    def __call__(self, prepared, cfg):
+        self.calls.append(prepared.run_dir)
+        return self.codes.pop(0)
+
+
+@pytest.fixture
+def sweep_launcher(monkeypatch):
+    import unilab.launcher.launch as launch_mod
+
+    def install(*codes):
+        spy = CodeSpy(codes)
+        monkeypatch.setattr(launch_mod, "launch", spy)
+        return spy
+
+    return install
+
+
+
+
+def test_sweep_runs_every_job_and_exits_with_the_worst(tmp_path, sweep_launcher, capsys):
+    """A run that fails (exit 1) and a job refused at compose (exit 2) do not stop the sweep."""
+    log_dir = tmp_path / "runs"
+    spy = sweep_launcher(1, 0)
+    code = run_train("-m", "training.device=cpu", "task.num_envs=8,0,4", f"training.log_dir={log_dir}")
+    assert code == 2
+    assert len(spy.calls) == 2  # num_envs=8 (failed) and num_envs=4 (completed) ran; num_envs=0 was refused
+    err = capsys.readouterr().err
+    assert "task.num_envs=0: expected an integer >= 1" in err
+    summary = err[err.index("unilab: sweep done"):]
+    assert "1 failed" in summary and "1 refused" in summary and "1 completed" in summary
+    lines = summary.splitlines()[1:]
+    assert lines[0].startswith("  #0 task.num_envs=8 -> failed, ") and lines[0].endswith(spy.calls[0].name)
+    assert lines[1] == "  #1 task.num_envs=0 -> refused, no run directory"
+    assert lines[2].startswith("  #2 task.num_envs=4 -> completed, ")
+
+
+def test_sweep_exit_status_is_a_failed_runs_when_no_job_was_refused(tmp_path, sweep_launcher, capsys):
+    spy = sweep_launcher(1, 0)
+    assert run_train("-m", "training.device=cpu", "training.seed=1,2", f"training.log_dir={tmp_path}") == 1
+    assert len(spy.calls) == 2
+    spy = sweep_launcher(0, 0)
+    assert run_train("-m", "training.device=cpu", "training.seed=1,2", f"training.log_dir={tmp_path}") == 0
+
+
+def test_an_interrupted_job_stops_the_sweep(tmp_path, sweep_launcher, capsys):
+    spy = sweep_launcher(1, 130, 0)
+    assert run_train("-m", "training.device=cpu", "training.seed=1,2,3", f"training.log_dir={tmp_path}") == 130
+    assert len(spy.calls) == 2  # the third job never started
+    err = capsys.readouterr().err
+    assert "unilab: sweep interrupted: 1 failed, 1 interrupted" in err and "#2" not in err
+
+
+def test_ctrl_c_outside_a_run_stops_the_sweep(tmp_path, sweep_launcher, capsys, monkeypatch):
+    """SIGINT while a job is being prepared (no supervisor yet): KeyboardInterrupt ends the sweep with 130."""
+    import unilab.launcher.prepare as prepare_mod
+
+    real, seen = prepare_mod.prepare_run, []
+
+    def prepare(cfg, **kw):
+        seen.append(cfg.training.seed)
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+        return real(cfg, **kw)
+
+    monkeypatch.setattr(prepare_mod, "prepare_run", prepare)
+    spy = sweep_launcher(0, 0, 0)
+    assert run_train("-m", "training.device=cpu", "training.seed=1,2,3", f"training.log_dir={tmp_path}") == 130
+    assert seen == [1, 2] and len(spy.calls) == 1
+
+
+def test_sweep_run_names_carry_the_swept_values(tmp_path, sweep_launcher, capsys):
+    log_dir = tmp_path / "runs"
+    sweep_launcher(0, 0, 0, 0)
+    assert run_train("-m", "training.device=cpu", "+execution=default", "task.num_envs=4,8", "training.seed=1,2",
+                     f"training.log_dir={log_dir}") == 0
+    names = sorted(p.name for p in run_dirs(log_dir))
+    assert len(names) == 4
+    assert sorted(n.split("_g1_walk_flat_")[1] for n in names) == [
+        "num_envs-4_seed-1", "num_envs-4_seed-2", "num_envs-8_seed-1", "num_envs-8_seed-2"]
+    # a given run_name is left alone (a second job with the same name gets _1, as before)
+    sweep_launcher(0, 0)
+    assert run_train("-m", "training.device=cpu", "training.seed=1,2", "training.run_name=mine",
+                     f"training.log_dir={tmp_path / 'named'}") == 0
+    assert sorted(p.name for p in run_dirs(tmp_path / "named")) == ["mine", "mine_1"]
+
+
+def test_single_runs_keep_the_plain_name(tmp_path, spies):
+    assert run_train("training.device=cpu", "training.seed=3", f"training.log_dir={tmp_path}") == 0
+    (run,) = run_dirs(tmp_path)
+    assert run.name.endswith("_fastsac_g1_walk_flat")
+
+
+def test_the_gate_sweep_names_its_runs_by_mode_and_seed(tmp_path, sweep_launcher, fake_host, daemon):
+    """Sweeps from the config (+bench=offpolicy_gate's training.seed: 1,2) are swept values too."""
+    log_dir = tmp_path / "runs"
+    sweep_launcher(0, 0, 0, 0)
+    assert run_train("-m", "+execution=default,mps", "+bench=offpolicy_gate", f"training.log_dir={log_dir}") == 0
+    suffixes = sorted(p.name.split("_g1_walk_flat_")[1] for p in run_dirs(log_dir))
+    assert suffixes == ["seed-1_execution-default", "seed-1_execution-mps", "seed-2_execution-default",
+                        "seed-2_execution-mps"]
+
+
+def test_dry_run_lists_the_jobs_and_creates_nothing(tmp_path, spies, capsys):
+    log_dir = tmp_path / "runs"
+    assert run_train("-m", "+execution=default,mps", "+bench=offpolicy_gate", "training.device=cpu",
+                     f"training.log_dir={log_dir}", "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert "4 job(s) would run" in out
+    jobs = [line for line in out.splitlines() if line.startswith("  #")]
+    assert len(jobs) == 4
+    assert "+execution=mps" in jobs[3] and "training.seed=2" in jobs[3]
+    assert not log_dir.exists() and spies[0].calls == []
+    assert run_train("--dry-run", "training.device=cpu") == 2
+    assert "train -m ... --dry-run" in capsys.readouterr().err
+
+
+def test_a_real_sweep_with_a_failing_run_runs_the_other_job(tmp_path):
+    """`train -m` end to end on the CPU: job 0's run fails (start-up past its 1 ms timeout), job 1 still trains;
+    the exit status is the failed run's (1) and the summary names both run directories."""
+    log_dir = tmp_path / "runs"
+    done = subprocess.run(
+        [sys.executable, "-m", "unilab.cli.train", "-m", "+preset=cpu_smoke", "training.startup_timeout_s=0.001,900",
+         "task.num_envs=8", "algo.max_iterations=4", "training.tensorboard=false", "training.no_play=true",
+         f"training.log_dir={log_dir}"],
+        capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=str(tmp_path / "none")),
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    failed, completed = run_dirs(log_dir)
+    assert failed.name.endswith("_startup_timeout_s-0.001") and completed.name.endswith("_startup_timeout_s-900")
+    statuses = [json.loads((r / "run_summary.json").read_text())["status"] for r in (failed, completed)]
+    assert statuses == ["failed", "completed"]
+    summary = done.stderr[done.stderr.index("unilab: sweep done: 1 failed, 1 completed"):].splitlines()
+    assert summary[1] == f"  #0 training.startup_timeout_s=0.001 -> failed, {failed}"
+    assert summary[2] == f"  #1 training.startup_timeout_s=900 -> completed, {completed}"
+
+
+def test_ctrl_c_stops_a_real_sweep(tmp_path):
+    """SIGINT to the sweep's process group (Ctrl-C) during job 0's run: the run stops as interrupted, job 1 never
+    starts, exit status 130."""
+    import signal
+    import time
+
+    log_dir = tmp_path / "runs"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "unilab.cli.train", "-m", "+preset=cpu_smoke", "training.seed=1,2", "task.num_envs=8",
+         "algo.max_iterations=100000", "training.tensorboard=false", "training.no_play=true",
+         f"training.log_dir={log_dir}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env=dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=str(tmp_path / "none")))
+    try:
+        deadline = time.monotonic() + 300
+        while not any((r / "metrics.jsonl").is_file() for r in run_dirs(log_dir)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-4000:]
+            time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-4000:]
+    (run,) = run_dirs(log_dir)
+    assert json.loads((run / "run_summary.json").read_text())["status"] == "interrupted"
+    assert "unilab: sweep interrupted: 1 interrupted" in err and f"#0 training.seed=1 -> interrupted, {run}" in err
+    assert "#1" not in err

@@ -1,4 +1,5 @@
-"""`unilab bench extract` / `unilab bench compare` (exit 0 pass, 1 a gate failed, 2 bad input)."""
+"""`unilab bench extract` / `unilab bench compare` (exit 0 pass, 1 a gate failed, 2 bad input or no verdict:
+compare gives none unless both arms have a completed run, and names the arm that is missing or failed)."""
 
 from __future__ import annotations
 
@@ -66,7 +67,8 @@ def add_bench_parser(sub) -> None:
     _window(extract)
     extract.set_defaults(func=_extract)
 
-    compare = bsub.add_parser("compare", help="MPS vs baseline arms: improvement and gates (exit 0 pass, 1 fail, 2 input)")
+    compare = bsub.add_parser("compare", help="MPS vs baseline arms: improvement and gates (exit 0 pass, 1 fail, 2 input "
+                                  "or an arm missing or without a completed run)")
     compare.add_argument("runs", nargs="+", metavar="RUN", help="run directories, or folders holding them")
     compare.add_argument("--baseline-mode", default="null", metavar="MODE", help="configured mode of the baseline arm")
     compare.add_argument("--candidate-mode", default="mps", metavar="MODE", help=argparse.SUPPRESS)

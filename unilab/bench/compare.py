@@ -113,10 +113,6 @@ def _gate(name: str, passed: bool, detail: str) -> dict[str, Any]:
 def _group(algo: str, task: str, runs: list[dict], opts: CompareOptions) -> dict[str, Any]:
     baseline = [r for r in runs if r["evidence"]["configured"] == opts.baseline_mode]
     candidate = [r for r in runs if r["evidence"]["configured"] == opts.candidate_mode]
-    for name, arm in (("baseline", baseline), ("candidate", candidate)):
-        if not arm:
-            mode = opts.baseline_mode if name == "baseline" else opts.candidate_mode
-            raise RunError(f"{algo}/{task}: no {name} run (configured mode {mode})")
     _check_same_config(baseline + candidate)
     base, cand = _arm(baseline, opts.baseline_mode), _arm(candidate, opts.candidate_mode)
     b, c = base["metrics"][THROUGHPUT_KEY]["mean"], cand["metrics"][THROUGHPUT_KEY]["mean"]
@@ -154,6 +150,22 @@ def _group(algo: str, task: str, runs: list[dict], opts: CompareOptions) -> dict
             "gates": gates, "passed": all(g["passed"] for g in gates)}
 
 
+def _arm_problems(algo: str, task: str, runs: list[dict], opts: CompareOptions) -> list[str]:
+    """Why this group has no verdict: an arm without runs (its jobs never made a run directory), or an arm none
+    of whose runs completed (failed or interrupted: nothing to measure)."""
+    problems = []
+    for name, mode in (("baseline", opts.baseline_mode), ("candidate", opts.candidate_mode)):
+        arm = [r for r in runs if r["evidence"]["configured"] == mode]
+        label = f"{algo}/{task}: no {{}}{name} run (configured mode {mode if mode is not None else 'null'})"
+        if not arm:
+            problems.append(label.format(""))
+        elif not any(r["status"] == "completed" for r in arm):
+            problems.append(label.format("completed ") + ": " + "; ".join(
+                f"{r['name']} {r['status'] or 'without a status'}" + (f" ({r['cause']})" if r.get("cause") else "")
+                for r in arm))
+    return problems
+
+
 def compare(results: list[dict], opts: CompareOptions) -> dict[str, Any]:
     if opts.baseline_mode == opts.candidate_mode:
         raise RunError(f"the baseline mode and the candidate mode are both {opts.candidate_mode}")
@@ -162,8 +174,13 @@ def compare(results: list[dict], opts: CompareOptions) -> dict[str, Any]:
     if stray:
         raise RunError(f"runs of neither arm (configured mode not in {sorted(map(str, modes))}): {', '.join(stray)}")
     keys = sorted({(r["algo"], r["task"]) for r in results})
-    groups = [_group(algo, task, [r for r in results if (r["algo"], r["task"]) == (algo, task)], opts)
-              for algo, task in keys]
+    by_group = {key: [r for r in results if (r["algo"], r["task"]) == key] for key in keys}
+    problems = [p for (algo, task), runs in by_group.items() for p in _arm_problems(algo, task, runs, opts)]
+    if problems:
+        raise RunError("no verdict without both arms:\n  " + "\n  ".join(problems)
+                       + "\n  (rerun the missing or failed jobs: the summary at the end of `train -m` lists "
+                       "each job's status and run directory)")
+    groups = [_group(algo, task, runs, opts) for (algo, task), runs in by_group.items()]
     return {"threshold_pct": opts.threshold_pct, "window": {"skip_first": opts.skip_first, "last": opts.last},
             "groups": groups, "passed": all(g["passed"] for g in groups)}
 

@@ -56,14 +56,15 @@ def extract(run: str | Path, *, last: int = DEFAULT_LAST, skip_first: int = DEFA
     if not run.is_dir():
         raise RunError(f"{run}: no such run directory")
     missing = [name for name in RUN_FILES if not (run / name).is_file()]
-    if missing:
+    no_metrics = allow_short and missing == [METRICS_FILE]  # a run that failed before its first iteration
+    if missing and not no_metrics:
         hint = " (the run has not finished, or was killed before writing its summary)" if missing == [SUMMARY_FILE] \
             else ""
         raise RunError(f"{run}: not a complete unilab run, missing {', '.join(missing)}{hint}")
     summary = _read_json(run / SUMMARY_FILE)
     manifest = _read_json(run / MANIFEST_FILE)
     config = _read_json(run / RUN_CONFIG_FILE)
-    rows = _rows(run)
+    rows = [] if no_metrics else _rows(run)
     after_warmup = rows[skip_first:]
     if len(after_warmup) < last and not allow_short:
         raise RunError(f"{run}: {len(rows)} iterations in {METRICS_FILE}; {skip_first} skipped + {last} reported "

@@ -173,10 +173,11 @@ def _lock(run_dir: Path):
         raise ConfigError(str(exc)) from exc
 
 
-def _new_run_dir(cfg: DictConfig) -> Path:
+def _new_run_dir(cfg: DictConfig, name_suffix: str = "") -> Path:
     """A new run directory; a log_dir that is a file or cannot be written is a usage error (exit 2)."""
     try:
-        return new_run_dir(cfg.training.log_dir, cfg.training.run_name, str(cfg.algo.name), str(cfg.task.name))
+        return new_run_dir(cfg.training.log_dir, cfg.training.run_name, str(cfg.algo.name), str(cfg.task.name),
+                           name_suffix)
     except OSError as exc:
         raise ConfigError(f"training.log_dir={cfg.training.log_dir}: {exc.strerror or exc}; "
                           "set training.log_dir to a writable directory") from None
@@ -232,7 +233,8 @@ def check_config(config: dict, groups: tuple[str, ...] | None = None) -> None:
             raise ConfigError(str(exc)) from None
 
 
-def prepare_run(cfg: DictConfig) -> PreparedRun:
+def prepare_run(cfg: DictConfig, name_suffix: str = "") -> PreparedRun:
+    """`name_suffix`: appended to the default run name (a sweep job's swept values), not to training.run_name."""
     # training first: the probe waits up to training.mps_probe_timeout_s (checked finite and > 0 there)
     check_config({"training": OmegaConf.to_container(cfg.training, resolve=True)}, groups=("training",))
     evidence = execution_evidence(cfg)
@@ -242,7 +244,7 @@ def prepare_run(cfg: DictConfig) -> PreparedRun:
     devices = rank_devices(config["training"])
     _check_gpus_visible(devices)
     per_rank = _rank_evidence(evidence, devices, float(config["training"]["mps_probe_timeout_s"]))
-    run_dir, lock, target = _claim_run_dir(cfg, config)
+    run_dir, lock, target = _claim_run_dir(cfg, config, name_suffix)
     try:
         if target is not None:
             for note in target.notes:
@@ -269,13 +271,13 @@ def prepare_run(cfg: DictConfig) -> PreparedRun:
                        notes=list(target.notes) if target else [])
 
 
-def _claim_run_dir(cfg: DictConfig, config: dict):
+def _claim_run_dir(cfg: DictConfig, config: dict, name_suffix: str = ""):
     """(run dir, its lock, the checked resume target or None). A resume's directory is locked before it is
     read or touched (a run still training there keeps it), then every check runs; the lock is released if
     one fails (an exception's frames would otherwise keep it alive in this process)."""
     resume = config["training"].get("resume")
     if not resume:
-        run_dir = _new_run_dir(cfg)
+        run_dir = _new_run_dir(cfg, name_suffix)
         return run_dir, _lock(run_dir), None
     run_dir = _resume_dir(resume)
     lock = _lock(run_dir)

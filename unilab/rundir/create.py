@@ -9,10 +9,11 @@ from pathlib import Path
 from .layout import SEGMENT_FILES, SEGMENTS_DIR
 
 
-def new_run_dir(log_dir: str, run_name: str | None, algo: str, task: str) -> Path:
-    """Raises OSError (a log_dir that is a file, or not writable) with a message that names log_dir."""
+def new_run_dir(log_dir: str, run_name: str | None, algo: str, task: str, suffix: str = "") -> Path:
+    """Raises OSError (a log_dir that is a file, or not writable) with a message that names log_dir.
+    `suffix` (a sweep job's swept values) extends the default name only, never a given run_name."""
     base = Path(log_dir).expanduser().resolve()
-    name = run_name or f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{algo}_{task}"
+    name = run_name or f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{algo}_{task}{suffix}"
     # mkdir without exist_ok claims the name: two runs started in the same second get _1, _2, ...
     for suffix in ("", *(f"_{i}" for i in range(1, 1000))):
         candidate = base / f"{name}{suffix}"
