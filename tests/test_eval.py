@@ -14,7 +14,7 @@ import torch
 
 from unilab.assets import g1
 from unilab.eval import walk
-from unilab.eval.cli import EVAL_SCHEMA, main as eval_main  # noqa: F401  (the parser's entry)
+from unilab.eval.cli import EVAL_SCHEMA
 
 K = 2  # envs per command
 

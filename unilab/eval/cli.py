@@ -8,6 +8,7 @@ exit 2 with the reason, and nothing is written.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -81,7 +82,7 @@ def evaluate(run: str, *, checkpoint: str | None = None, suites=("nominal", "rob
         except ValueError as exc:
             raise EvalInputError(str(exc)) from exc
         report["iteration"], report["env_steps"] = int(state["iteration"]), int(state.get("env_steps", 0))
-        rows = walk.rollout(env, lambda obs: learner.act(obs, deterministic=True), settings)
+        rows = walk.rollout(env, functools.partial(learner.act, deterministic=True), settings)
         report["suites"][suite] = {"per_command": rows, "overall": walk.overall(rows)}
         del env, learner
         if torch.cuda.is_available():
