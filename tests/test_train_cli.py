@@ -783,3 +783,14 @@ def test_ctrl_c_stops_a_real_sweep(tmp_path):
     assert json.loads((run / "run_summary.json").read_text())["status"] == "interrupted"
     assert "unilab: sweep interrupted: 1 interrupted" in err and f"#0 training.seed=1 -> interrupted, {run}" in err
     assert "#1" not in err
+
+
+def test_plain_overrides_of_one_key_keep_hydras_last_wins():
+    """Only a value flag's key set again is refused; two plain overrides of it stay Hydra's business."""
+    from unilab.cli.short_form import UsageError, expand_short_form
+
+    assert expand_short_form(["task.num_envs=16", "task.num_envs=8"]) == ["task.num_envs=16", "task.num_envs=8"]
+    for args in (["--num-envs", "8", "task.num_envs=16"], ["task.num_envs=16", "--num-envs", "8"],
+                 ["--algo", "fastsac", "algo=flashsac"]):
+        with pytest.raises(UsageError, match="chosen twice"):
+            expand_short_form(args)

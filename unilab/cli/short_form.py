@@ -24,6 +24,7 @@ class UsageError(ValueError):
 
 def expand_short_form(argv: list[str]) -> list[str]:
     out: list[str] = []
+    from_flags: set[int] = set()  # positions in `out` written by a value flag
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -38,26 +39,32 @@ def expand_short_form(argv: list[str]) -> list[str]:
                 value = nxt
                 i += 1
             key = GROUP_FLAGS[flag] if flag in GROUP_FLAGS else VALUE_FLAGS[flag][0]
+            if flag in VALUE_FLAGS:
+                from_flags.add(len(out))
             out.append(f"{key}={value}")
         else:
             out.append(arg)
         i += 1
-    _reject_duplicates(out)
+    _reject_duplicates(out, from_flags)
     _reject_schema_nodes(out)
     return out
 
 
-def _reject_duplicates(overrides: list[str]) -> None:
-    keys = {*GROUP_KEYS, *(key for key, _ in VALUE_FLAGS.values())}
-    chosen: dict[str, str] = {}
-    for arg in overrides:
+def _reject_duplicates(overrides: list[str], from_flags: set[int]) -> None:
+    """A group chosen twice, or a key set by a value flag and again (by a flag or an override), is refused;
+    plain overrides of one key keep Hydra's rule (the last one wins)."""
+    value_keys = {key for key, _ in VALUE_FLAGS.values()}
+    chosen: dict[str, tuple[str, bool]] = {}
+    for pos, arg in enumerate(overrides):
         if arg.startswith("-") or "=" not in arg:
             continue
         key = arg.split("=", 1)[0].lstrip("+~")
-        if key in keys:
-            if key in chosen:
-                raise UsageError(f"'{key}' is chosen twice: {chosen[key]} and {arg}")
-            chosen[key] = arg
+        if key not in GROUP_KEYS and key not in value_keys:
+            continue
+        flagged = pos in from_flags
+        if key in chosen and (key in GROUP_KEYS or flagged or chosen[key][1]):
+            raise UsageError(f"'{key}' is chosen twice: {chosen[key][0]} and {arg}")
+        chosen[key] = (arg, flagged or chosen.get(key, ("", False))[1])
 
 
 def _reject_schema_nodes(overrides: list[str]) -> None:
