@@ -16,19 +16,20 @@ import json
 import os
 from pathlib import Path
 
+from unilab.bench.curves import curve, window_for
 from unilab.rundir.metrics import read_metrics
 
 TARGETS = {"lin": 0.10, "yaw": 0.15}  # nominal eval targets, m/s and rad/s
 
 
 def training_curve(run: Path, start: float, key: str, window: int = 100) -> tuple[list[float], list[float]]:
+    """KEY smoothed as `unilab plot` smooths it, in minutes from `start` (not from the first row)."""
     rows = [r for r in read_metrics(run, latest_per_iteration=True, torn_tail_ok=True) if r.get(key) is not None]
-    xs, ys = [], []
-    for i in range(0, len(rows) - window + 1, max(1, window // 2)):
-        chunk = rows[i:i + window]
-        xs.append((chunk[-1]["time"] - start) / 60.0)
-        ys.append(sum(r[key] for r in chunk) / window)
-    return xs, ys
+    if not rows:
+        return [], []
+    xs, ys = curve(rows, key, "wall_clock", window_for(len(rows), window))
+    offset = (rows[0]["time"] - start) / 60.0
+    return [x + offset for x in xs], ys
 
 
 def eval_points(run: Path, start: float) -> list[tuple[float, float, float]]:
