@@ -86,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     synth = motsub.add_parser("synth", help="write a keyframed G1 clip (unilab motion synth --help)", add_help=False)
     synth.add_argument("rest", nargs=argparse.REMAINDER)
     synth.set_defaults(func=_motion_synth)
+    from unilab.motion import importer, info
+
+    importer.add_parser(motsub)
+    info.add_parser(motsub)
 
     play = sub.add_parser("play", help="play a run's policy deterministically and report its episodes (play.json)")
     play.add_argument("run", help="run directory")

@@ -18,7 +18,7 @@ import os
 import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -111,10 +111,6 @@ def load_motion_clip(
 ) -> MotionClip:
     """Read and validate a clip. With `body_names`, the clip keeps only those bodies, in that order."""
     src = str(path)
-
-    def fail(field: str, what: str) -> MotionClipError:
-        return MotionClipError(f"{src}: field '{field}': {what}")
-
     data: dict[str, np.ndarray] = {}
     key = None
     try:
@@ -129,6 +125,21 @@ def load_motion_clip(
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         where = f"field '{key}': " if key is not None else ""
         raise MotionClipError(f"{src}: {where}unreadable motion clip ({type(e).__name__}: {e})") from None
+
+    return clip_from_arrays(data, src, body_names=body_names, num_joints=num_joints)
+
+
+def clip_from_arrays(
+    data: Mapping[str, np.ndarray],
+    src: str = "<memory>",
+    *,
+    body_names: Optional[Sequence[str]] = None,
+    num_joints: int = NUM_JOINTS,
+) -> MotionClip:
+    """Validate the fields of a clip (as read from its npz) and build it; errors name `src` and the field."""
+
+    def fail(field: str, what: str) -> MotionClipError:
+        return MotionClipError(f"{src}: field '{field}': {what}")
 
     for key in REQUIRED_FIELDS:
         if key not in data:
@@ -146,6 +157,11 @@ def load_motion_clip(
         raise fail("body_names", f"expected a 1-D array of str, got shape {names_arr.shape} dtype {names_arr.dtype}")
     names = tuple(str(n) for n in names_arr)
     num_bodies = len(names)
+    if num_bodies == 0:
+        raise fail("body_names", "is empty: a clip needs at least one body")
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise fail("body_names", f"names must be unique, repeated: {duplicates}")
 
     expected = {
         "joint_pos": (num_joints,),
@@ -175,8 +191,11 @@ def load_motion_clip(
         raise fail("joint_pos", f"needs at least 2 frames, got {num_frames}")
 
     norms = np.linalg.norm(arrays["body_quat_w"], axis=-1)
-    if np.any(np.abs(norms - 1.0) > 1e-3):
-        raise fail("body_quat_w", f"quaternions must have unit norm (found norms in [{norms.min():.4f}, {norms.max():.4f}])")
+    off = np.abs(norms - 1.0) > 1e-3
+    if np.any(off):
+        t, b = (int(i) for i in np.argwhere(off)[0])
+        raise fail("body_quat_w", f"quaternions must have unit norm (found norms in [{norms.min():.4f}, "
+                   f"{norms.max():.4f}]; first off at frame {t}, body {names[b]!r})")
     arrays["body_quat_w"] /= norms[..., None]
 
     clip = MotionClip(fps=fps, body_names=names, source=src, **arrays)

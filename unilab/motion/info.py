@@ -1,0 +1,101 @@
+"""`unilab motion info`: what a G1 clip asks of a tracker (duration, speeds, flight, joint speeds).
+
+Reads our clip layout and the mjlab / BeyondMimic layout (no body_names: the G1 model's body order).
+Speeds come from finite differences of positions, so a source's own velocity fields are not trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from unilab.motion.clip import MotionClip, MotionClipError, clip_from_arrays
+
+# m above the lowest the foot body gets in the clip: the ankle-roll link origin sits a few cm above the
+# sole and rises a little at heel-off, so walking stays below this while a jog's flight phase clears it.
+FLIGHT_HEIGHT_M = 0.05
+
+
+def load_any_clip(path: Path) -> MotionClip:
+    """Our layout, or the mjlab one (filled in with the G1 body names when the body count matches)."""
+    from unilab.assets.g1 import G1_BODY_NAMES
+
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            data = {k: npz[k] for k in npz.files}
+    except FileNotFoundError:
+        raise MotionClipError(f"{path}: file not found") from None
+    except (OSError, ValueError, EOFError) as e:
+        raise MotionClipError(f"{path}: unreadable motion clip ({type(e).__name__}: {e})") from None
+    if "body_names" not in data and "body_pos_w" in data:
+        num_bodies = np.shape(data["body_pos_w"])[1] if np.ndim(data["body_pos_w"]) == 3 else -1
+        if num_bodies != len(G1_BODY_NAMES):
+            raise MotionClipError(f"{path}: field 'body_names': missing, and {num_bodies} bodies are not the "
+                                  f"{len(G1_BODY_NAMES)} of the G1 model to assume its order")
+        data["body_names"] = np.asarray(G1_BODY_NAMES)
+    return clip_from_arrays(data, str(path))
+
+
+def motion_stats(clip: MotionClip) -> dict:
+    from unilab.assets.g1 import G1_FOOT_BODIES, G1_JOINT_NAMES
+
+    pelvis = clip.body_index("pelvis") if "pelvis" in clip.body_names else 0
+    xy = clip.body_pos_w[:, pelvis, :2].astype(np.float64)
+    speed = np.linalg.norm(np.diff(xy, axis=0), axis=1) * clip.fps
+    feet_z = clip.body_pos_w[:, [clip.body_index(b) for b in G1_FOOT_BODIES], 2].astype(np.float64)
+    flight = np.all(feet_z - feet_z.min() > FLIGHT_HEIGHT_M, axis=1)
+    joint_speed = np.abs(np.gradient(clip.joint_pos.astype(np.float64), clip.dt, axis=0))
+    p50, p95, p99 = np.percentile(joint_speed, [50, 95, 99])
+    fastest = int(np.argmax(joint_speed.max(axis=0)))
+    names = G1_JOINT_NAMES if clip.num_joints == len(G1_JOINT_NAMES) else [f"joint_{j}" for j in range(clip.num_joints)]
+    return {
+        "file": clip.source,
+        "duration_s": clip.duration,
+        "fps": clip.fps,
+        "frames": clip.num_frames,
+        "root_speed_mean_m_s": float(speed.mean()),
+        "root_speed_peak_m_s": float(speed.max()),
+        "flight_share": float(flight.mean()),
+        "flight_height_m": FLIGHT_HEIGHT_M,
+        "joint_speed_p50_rad_s": float(p50),
+        "joint_speed_p95_rad_s": float(p95),
+        "joint_speed_p99_rad_s": float(p99),
+        "fastest_joint": names[fastest],
+        "fastest_joint_peak_rad_s": float(joint_speed[:, fastest].max()),
+    }
+
+
+def render(stats: dict) -> str:
+    rows = [
+        ("file", stats["file"]),
+        ("duration", f"{stats['duration_s']:.2f} s"),
+        ("fps", f"{stats['fps']:g}"),
+        ("frames", str(stats["frames"])),
+        ("root horizontal speed", f"mean {stats['root_speed_mean_m_s']:.2f} m/s, peak {stats['root_speed_peak_m_s']:.2f} m/s"),
+        ("flight phase", f"{stats['flight_share']:.1%} of frames (both feet > {stats['flight_height_m']:g} m up)"),
+        ("joint speed", f"p50 {stats['joint_speed_p50_rad_s']:.2f}, p95 {stats['joint_speed_p95_rad_s']:.2f}, "
+                        f"p99 {stats['joint_speed_p99_rad_s']:.2f} rad/s"),
+        ("fastest joint", f"{stats['fastest_joint']} (peak {stats['fastest_joint_peak_rad_s']:.2f} rad/s)"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def add_parser(motsub) -> None:
+    p = motsub.add_parser("info", help="duration, root speed, flight phase and joint speeds of a clip")
+    p.add_argument("file", type=Path, help="clip (.npz: ours or the mjlab layout)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    try:
+        stats = motion_stats(load_any_clip(args.file))
+    except MotionClipError as exc:
+        print(f"unilab motion info: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(stats, indent=2) if args.json else render(stats))
+    return 0
