@@ -111,6 +111,8 @@ def _fields(clip):
         ("inf", "joint_vel"),
         ("inconsistent_length", "body_quat_w"),
         ("missing_body", "body_names"),
+        ("duplicate_body", "body_names"),
+        ("not_unit_quat", "body_quat_w"),
     ],
 )
 def test_bad_files_name_file_and_field(clip, tmp_path, case, field):
@@ -134,6 +136,12 @@ def test_bad_files_name_file_and_field(clip, tmp_path, case, field):
         f["body_quat_w"] = f["body_quat_w"][:-1]
     elif case == "missing_body":
         required = ["pelvis", "no_such_link"]
+    elif case == "duplicate_body":
+        f["body_names"] = f["body_names"].copy()
+        f["body_names"][3] = f["body_names"][1]
+    elif case == "not_unit_quat":
+        f["body_quat_w"] = f["body_quat_w"].copy()
+        f["body_quat_w"][9, 2] *= 1.5
     path = _write(tmp_path / f"{case}.npz", **f)
     with pytest.raises(MotionClipError) as e:
         load_motion_clip(path, body_names=required)
@@ -141,6 +149,10 @@ def test_bad_files_name_file_and_field(clip, tmp_path, case, field):
     assert str(path) in msg and field in msg
     if case == "missing_body":
         assert "no_such_link" in msg
+    if case == "duplicate_body":
+        assert "repeated" in msg and str(f["body_names"][1]) in msg
+    if case == "not_unit_quat":
+        assert f"frame 9, body {str(f['body_names'][2])!r}" in msg
 
 
 def test_unreadable_and_missing_files(tmp_path):

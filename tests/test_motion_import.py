@@ -1,0 +1,272 @@
+"""`unilab motion import` and `unilab motion info`: retargeted CSV and mjlab-layout npz in, our clip out."""
+
+import json
+import math
+
+import mujoco
+import numpy as np
+import pytest
+
+from unilab.assets import g1
+from unilab.cli.tools import main as tools_main
+from unilab.motion import MotionClip, load_motion_clip, save_motion_clip
+from unilab.motion.synth import synthesize
+
+FORWARD_SPEED = 0.5  # m/s of the test motion's pelvis
+YAW_RATE = 0.4  # rad/s
+
+
+@pytest.fixture(scope="module")
+def model():
+    return g1.build_g1_model(with_floor=False)
+
+
+def motion_table(duration: float, fps: float) -> np.ndarray:
+    """(T, 36) rows: pelvis walking forward while turning, joints swinging around the standing pose;
+    the root quaternion in wxyz (columns 3:7)."""
+    t = np.arange(int(round(duration * fps)) + 1) / fps
+    yaw = YAW_RATE * t
+    rows = np.zeros((len(t), 36))
+    rows[:, 0] = FORWARD_SPEED * t
+    rows[:, 1] = 0.1 * np.sin(t)
+    rows[:, 2] = 0.76 + 0.02 * np.sin(3 * t)
+    rows[:, 3] = np.cos(yaw / 2)
+    rows[:, 6] = np.sin(yaw / 2)
+    phase = np.arange(29) * 0.37
+    rows[:, 7:] = g1.G1_DEFAULT_QPOS_JOINTS + 0.15 * np.sin(2.0 * t[:, None] + phase)
+    return rows
+
+
+def write_csv(path, rows: np.ndarray, quat_order: str = "xyzw"):
+    rows = rows.copy()
+    if quat_order == "xyzw":
+        rows[:, 3:7] = rows[:, [4, 5, 6, 3]]
+    np.savetxt(path, rows, delimiter=",", fmt="%.10f")
+    return path
+
+
+def fk_positions(model, rows: np.ndarray) -> np.ndarray:
+    """Body positions (T, nbody - 1, 3) of wxyz rows, by mujoco directly."""
+    d = mujoco.MjData(model)
+    out = []
+    for r in rows:
+        d.qpos[:] = r
+        d.qpos[3:7] /= np.linalg.norm(r[3:7])
+        mujoco.mj_kinematics(model, d)
+        out.append(d.xpos[1:].copy())
+    return np.array(out)
+
+
+def run_import(*args):
+    return tools_main(["motion", "import", *map(str, args)])
+
+
+def test_csv_import_matches_forward_kinematics(model, tmp_path, capsys):
+    rows = motion_table(2.0, 50.0)
+    src = write_csv(tmp_path / "walk.csv", rows)
+    out = tmp_path / "out" / "walk.npz"
+    assert run_import(src, "--out", out, "--fps", 50) == 0
+    assert "wrote" in capsys.readouterr().out
+    clip = load_motion_clip(out)
+    assert clip.fps == 50.0 and clip.num_frames == len(rows)
+    assert clip.body_names == g1.G1_BODY_NAMES
+    np.testing.assert_allclose(clip.body_pos_w, fk_positions(model, rows), atol=1e-6)
+    np.testing.assert_allclose(clip.joint_pos, rows[:, 7:], atol=1e-6)
+    # Pelvis orientation is the CSV's (xyzw in the file, wxyz in the clip).
+    np.testing.assert_allclose(np.abs(np.sum(clip.body_quat_w[:, 0] * rows[:, 3:7], axis=1)), 1.0, atol=1e-6)
+    # Velocities: the pelvis moves forward at FORWARD_SPEED and turns at YAW_RATE; joints follow their sines.
+    np.testing.assert_allclose(clip.body_lin_vel_w[1:-1, 0, 0], FORWARD_SPEED, atol=1e-4)
+    np.testing.assert_allclose(clip.body_ang_vel_w[1:-1, 0], [[0, 0, YAW_RATE]] * (len(rows) - 2), atol=1e-4)
+    t = np.arange(len(rows))[:, None] / 50.0
+    expected_vel = 0.3 * np.cos(2.0 * t + np.arange(29) * 0.37)
+    np.testing.assert_allclose(clip.joint_vel[1:-1], expected_vel[1:-1], atol=2e-3)
+    assert list(tmp_path.rglob("*.tmp")) == []
+
+
+def test_csv_resampled_to_control_rate(model, tmp_path):
+    """30 fps in, 50 fps out: positions interpolated linearly, the root orientation by slerp."""
+    rows = motion_table(2.0, 30.0)
+    rows[:, 7:] = g1.G1_DEFAULT_QPOS_JOINTS + np.linspace(0.0, 0.2, len(rows))[:, None]  # linear in time
+    src = write_csv(tmp_path / "walk30.csv", rows, quat_order="wxyz")
+    out = tmp_path / "walk50.npz"
+    assert run_import(src, "--out", out, "--fps", 30, "--quat-order", "wxyz") == 0
+    clip = load_motion_clip(out)
+    assert clip.fps == 50.0 and clip.num_frames == 101 and clip.duration == pytest.approx(2.0)
+    t = np.arange(101) / 50.0
+    np.testing.assert_allclose(clip.joint_pos, g1.G1_DEFAULT_QPOS_JOINTS + 0.1 * t[:, None], atol=1e-6)
+    np.testing.assert_allclose(clip.body_pos_w[:, 0, 0], FORWARD_SPEED * t, atol=1e-6)
+    # Yaw grows linearly, so slerp between frames gives exactly the yaw at the output times.
+    yaw = YAW_RATE * t
+    expected = np.stack([np.cos(yaw / 2), 0 * t, 0 * t, np.sin(yaw / 2)], axis=1)
+    np.testing.assert_allclose(clip.body_quat_w[:, 0], expected, atol=1e-6)
+
+
+def mjlab_fields(clip: MotionClip) -> dict:
+    """The mjlab / BeyondMimic layout: fps of shape (1,), no body_names."""
+    f = {k: v for k, v in clip.to_npz_dict().items() if k != "body_names"}
+    f["fps"] = np.array([clip.fps])
+    return f
+
+
+@pytest.fixture(scope="module")
+def synth_clip(model):
+    return synthesize(duration=2.0, fps=50.0, model=model)
+
+
+def test_mjlab_npz_imports(synth_clip, tmp_path, capsys):
+    src = tmp_path / "mjlab.npz"
+    np.savez(src, **mjlab_fields(synth_clip))
+    out = tmp_path / "imported.npz"
+    assert run_import(src, "--out", out) == 0
+    captured = capsys.readouterr()
+    assert "max 0.0 mm" in captured.out and "warning" not in captured.err
+    clip = load_motion_clip(out)
+    assert clip.body_names == g1.G1_BODY_NAMES and clip.num_frames == synth_clip.num_frames
+    np.testing.assert_allclose(clip.body_pos_w, synth_clip.body_pos_w, atol=1e-5)
+    np.testing.assert_allclose(clip.joint_pos, synth_clip.joint_pos, atol=1e-6)
+
+
+def test_mjlab_npz_from_another_model_warns(synth_clip, tmp_path, capsys):
+    f = mjlab_fields(synth_clip)
+    f["body_pos_w"] = f["body_pos_w"].copy()
+    f["body_pos_w"][:, 5, 0] += 0.05  # one body 5 cm off our kinematics
+    src = tmp_path / "other.npz"
+    np.savez(src, **f)
+    assert run_import(src, "--out", tmp_path / "o.npz") == 0
+    err = capsys.readouterr().err
+    assert "another robot model" in err and "50.0 mm" in err and g1.G1_BODY_NAMES[5] in err
+
+
+# ------------------------------------------------------------------ bad input
+def bad_case(case: str, tmp_path):
+    """(source file, extra CLI args, text the error must contain)."""
+    rows = motion_table(2.0, 30.0)
+    fps = ["--fps", "30"]
+    if case == "column_count":
+        rows = rows[:, :-1]
+        expect = ["column count", "35 columns", "36 = 3"]
+    elif case == "nan":
+        rows[7, 2] = np.nan
+        expect = ["finite values", "frame 7", "root_z"]
+    elif case == "joint_limits":
+        j = g1.G1_JOINT_NAMES.index("left_knee_joint")
+        rows[12, 7 + j] = 3.5
+        expect = ["joint limits", "left_knee_joint", "frame 12", "--clip-to-limits"]
+    elif case == "root_height_cm":
+        rows[:, :3] *= 100.0  # centimetres
+        expect = ["root height", "outside [0.2, 1.5] m"]
+    elif case == "too_short":
+        rows = rows[:20]
+        expect = ["too short", "20 frames", "0.63 s"]
+    elif case == "csv_without_fps":
+        fps = []
+        expect = ["check 'fps'", "--fps"]
+    elif case == "zero_quaternion":
+        rows[4, 3:7] = 0.0
+        expect = ["quaternion", "frame 4", "cannot be normalised"]
+    elif case == "quaternion_order":
+        # A wxyz file read with the default xyzw: an upright pelvis turns upside down.
+        write_csv(tmp_path / "src" / "m.csv", rows, quat_order="wxyz")
+        return tmp_path / "src" / "m.csv", fps, ["quaternion order", "probably wxyz"]
+    elif case == "fps_mismatch":
+        src = tmp_path / "src" / "m.npz"
+        np.savez(src, fps=np.array([50.0]), joint_pos=rows)  # holosoma style: free-joint qpos + joints
+        return src, fps, ["fps mismatch", "50 fps", "--fps 30"]
+    else:
+        raise AssertionError(case)
+    return write_csv(tmp_path / "src" / "m.csv", rows), fps, expect
+
+
+BAD_CASES = ["column_count", "nan", "joint_limits", "root_height_cm", "too_short", "csv_without_fps",
+             "zero_quaternion", "quaternion_order", "fps_mismatch"]
+
+
+@pytest.mark.parametrize("case", BAD_CASES)
+def test_bad_input_exit_2_names_the_check_writes_nothing(tmp_path, capsys, case):
+    (tmp_path / "src").mkdir()
+    src, args, expect = bad_case(case, tmp_path)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    assert run_import(src, "--out", out_dir / "clip.npz", *args) == 2
+    err = capsys.readouterr().err
+    for text in expect:
+        assert text in err
+    assert "Traceback" not in err
+    assert list(out_dir.iterdir()) == []
+
+
+def test_clip_to_limits_clamps_with_warning(tmp_path, capsys):
+    (tmp_path / "src").mkdir()
+    src, args, _ = bad_case("joint_limits", tmp_path)
+    out = tmp_path / "clamped.npz"
+    assert run_import(src, "--out", out, *args, "--clip-to-limits") == 0
+    err = capsys.readouterr().err
+    assert "warning: joint limits" in err and "left_knee_joint" in err and "clamped" in err
+    clip = load_motion_clip(out)
+    hi = g1.build_g1_model().joint("left_knee_joint").range[1]
+    j = g1.G1_JOINT_NAMES.index("left_knee_joint")
+    assert clip.joint_pos[:, j].max() == pytest.approx(hi, abs=1e-6)
+
+
+def test_out_is_a_directory(tmp_path, capsys):
+    src = write_csv(tmp_path / "m.csv", motion_table(2.0, 30.0))
+    assert run_import(src, "--out", tmp_path, "--fps", 30) == 2
+    assert "is a directory" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ motion info
+def info_clip(fps: float = 50.0, frames: int = 101) -> MotionClip:
+    """Pelvis at a known speed, both feet off the ground for the frames 60..79, one joint moving."""
+    names = g1.G1_BODY_NAMES
+    t = np.arange(frames) / fps
+    pos = np.zeros((frames, len(names), 3), np.float32)
+    pos[:, :, 2] = 0.5
+    pos[:, 0, 0] = 1.5 * t  # 1.5 m/s forward
+    for foot in g1.G1_FOOT_BODIES:
+        pos[:, names.index(foot), 2] = 0.04
+        pos[60:80, names.index(foot), 2] = 0.04 + 0.08
+    joints = np.zeros((frames, 29), np.float32)
+    joints[:, 3] = 2.5 * t  # 2.5 rad/s
+    quat = np.zeros((frames, len(names), 4), np.float32)
+    quat[..., 0] = 1.0
+    zeros = np.zeros_like(pos)
+    return MotionClip(fps=fps, joint_pos=joints, joint_vel=np.zeros_like(joints), body_names=names,
+                      body_pos_w=pos, body_quat_w=quat, body_lin_vel_w=zeros, body_ang_vel_w=zeros)
+
+
+def test_info_reports_known_numbers(tmp_path, capsys):
+    path = save_motion_clip(info_clip(), tmp_path / "known.npz")
+    assert tools_main(["motion", "info", str(path), "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["frames"] == 101 and stats["fps"] == 50.0 and stats["duration_s"] == pytest.approx(2.0)
+    assert stats["root_speed_mean_m_s"] == pytest.approx(1.5, rel=1e-5)
+    assert stats["root_speed_peak_m_s"] == pytest.approx(1.5, rel=1e-5)
+    assert stats["flight_share"] == pytest.approx(20 / 101)
+    # One joint of 29 moves: it is under 5 % of the samples, so p50 and p95 are 0 and p99 is its speed.
+    assert stats["joint_speed_p50_rad_s"] == 0.0 and stats["joint_speed_p95_rad_s"] == 0.0
+    assert stats["joint_speed_p99_rad_s"] == pytest.approx(2.5, rel=1e-4)
+    assert stats["fastest_joint"] == g1.G1_JOINT_NAMES[3]
+    assert tools_main(["motion", "info", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert "mean 1.50 m/s" in table and "19.8% of frames" in table and g1.G1_JOINT_NAMES[3] in table
+
+
+def test_info_reads_the_mjlab_layout(synth_clip, tmp_path, capsys):
+    src = tmp_path / "mjlab.npz"
+    np.savez(src, **mjlab_fields(synth_clip))
+    assert tools_main(["motion", "info", str(src), "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["frames"] == synth_clip.num_frames and stats["flight_share"] == 0.0
+    np.savez(src, **{**mjlab_fields(synth_clip), "body_pos_w": synth_clip.body_pos_w[:, :7]})
+    assert tools_main(["motion", "info", str(src)]) == 2
+    assert "body_names" in capsys.readouterr().err
+
+
+def test_slerp_halfway_and_short_way_round():
+    from unilab.motion.importer import slerp
+
+    a = np.array([[1.0, 0.0, 0.0, 0.0]])
+    b = np.array([[math.cos(0.5), 0.0, 0.0, math.sin(0.5)]])  # 1 rad about z
+    mid = slerp(a, b, np.array([0.5]))
+    np.testing.assert_allclose(mid, [[math.cos(0.25), 0, 0, math.sin(0.25)]], atol=1e-12)
+    np.testing.assert_allclose(np.abs(slerp(a, -b, np.array([0.5]))), np.abs(mid), atol=1e-12)
