@@ -264,7 +264,7 @@ KNOWN_HITS = {
     "docs/en/runtime.md": "'Session 6' (the FastSAC cycle): to be reworded as a date by the page's owner",
     "docs/zh/runtime.md": "'第六次会话' (the FastSAC cycle): to be reworded as a date by the page's owner",
 }
-ALL_DOCS = [ROOT / "README.md", ROOT / "README.zh.md", *sorted((ROOT / "docs").rglob("*.md"))]
+ALL_DOCS = [*sorted(ROOT.glob("README*.md")), *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def _hits(text: str) -> list[str]:
