@@ -205,7 +205,8 @@ def test_tracking_rollout_on_scripted_episodes():
     assert long["completion"] == pytest.approx((4 / 20 + 1) / 2) and long["fall_fraction"] == 0.5
     # Measured while still running after the step: env 0 steps 1-4, env 1 steps 1-19 (step 20 ended it).
     assert long["body_pos_error_mm"] == pytest.approx((2.5 + 10.0) / 2)
-    assert long["anchor_ori_error_rad"] == pytest.approx((0.5 + 2.0) / 2) and long["joint_pos_error_rad"] == pytest.approx(0.1)
+    assert long["anchor_ori_error_rad"] == pytest.approx((0.5 + 2.0) / 2)
+    assert long["joint_pos_error_rad"] == pytest.approx(0.1)
     # Clip "short": env 3 failed on the first step (no measured step: left out of the errors).
     assert short["completion"] == pytest.approx(0.5) and short["fall_fraction"] == 0.5
     assert short["body_pos_error_mm"] == pytest.approx(5.0)

@@ -88,7 +88,8 @@ def check_sampling(s: SamplingConfig) -> None:
 class G1MotionTrackingConfig:
     name: str = "g1_motion_tracking"
     num_envs: int = 2048
-    # npz clip, or a directory of them (all its *.npz, sorted by name, one frame rate); None: the embedded default clip, synthesised on first use into $XDG_CACHE_HOME/unilab/motion
+    # npz clip, or a directory of them (all its *.npz, sorted by name, one frame rate); None: the embedded
+    # default clip, synthesised on first use into $XDG_CACHE_HOME/unilab/motion
     # (or ~/.cache/unilab/motion).
     motion_file: Optional[str] = None
     episode_length_s: float = 10.0  # episodes also end (truncated) at the end of the clip
@@ -117,5 +118,5 @@ def check_motion_file(path: str) -> None:
         load_motion_library(path, body_names=list(dict.fromkeys([*G1_TRACKING_BODIES, G1_ANCHOR_BODY,
                                                               *G1_END_EFFECTORS])))
     except MotionClipError as exc:
-        raise ValueError(f"task.motion_file={path!r}: expected a G1 motion clip (.npz) or a directory of them (see unilab/motion/clip.py; "
-                         f"`unilab motion synth` writes one): {exc}") from None
+        raise ValueError(f"task.motion_file={path!r}: expected a G1 motion clip (.npz) or a directory of them "
+                         f"(see unilab/motion/clip.py; `unilab motion synth` writes one): {exc}") from None

@@ -119,7 +119,8 @@ class StartSampler:
             out["metrics/clip_failure_rate_max"] = self.clip_failure_rate.max()
             out["metrics/clip_failure_rate_mean"] = self.clip_failure_rate.mean()
         entropy = -(p * torch.log(p.clamp_min(1e-12))).sum()
-        out["metrics/sampling/entropy"] = entropy / math.log(self.num_bins) if self.num_bins > 1 else torch.ones_like(entropy)
+        out["metrics/sampling/entropy"] = (entropy / math.log(self.num_bins) if self.num_bins > 1
+                                           else torch.ones_like(entropy))
         per_clip = torch.zeros(self.num_clips, device=self.device).index_add_(0, self.bin_clip, p)
         out["metrics/sampling/max_clip_share"] = per_clip.max()
         return out
