@@ -219,14 +219,16 @@ def test_tracking_suites_turn_off_only_existing_randomisation():
 
     task = {"num_envs": 4096, "motion_file": "a.npz", "episode_length_s": 10.0,
             "randomization": {"reset_root_pos": 0.05, "reset_vel": 0.1, "push_interval_s": [1.0, 3.0],
-                              "push_enabled": True, "com_offset_range": [-0.02, 0.02]},
-            "observations": {"noise_scale": 1.0, "history": 3}}
+                              "push_enabled": True, "com_offset_range": [-0.02, 0.02],
+                              "kick": {"max_vel": 0.5, "range": [1, 2]}},
+            "observations": {"noise_scale": 1.0, "history": 3, "noise": {"joint_pos": 0.01}}}
     s = tracking.TrackingEvalSettings(envs_per_clip=4)
     nominal, kept = tracking.task_overrides("nominal", task, s, max_clip_s=7.5, num_clips=3)
     assert nominal["num_envs"] == 12 and nominal["episode_length_s"] == 8.5 and "motion_file" not in nominal
     assert nominal["randomization"] == {"reset_root_pos": 0.0, "reset_vel": 0.0, "push_interval_s": None,
-                                        "push_enabled": False}
-    assert nominal["observations"] == {"noise_scale": 0.0} and kept == ["randomization.com_offset_range"]
+                                        "push_enabled": False, "kick": {"max_vel": 0.0}}
+    assert nominal["observations"] == {"noise_scale": 0.0, "noise": {"joint_pos": 0.0}}
+    assert kept == ["randomization.com_offset_range", "randomization.kick.range"]
     robust, kept = tracking.task_overrides("robust", task, tracking.TrackingEvalSettings(2, "clips"), 7.5, 3)
     assert robust == {"num_envs": 6, "episode_length_s": 8.5, "motion_file": "clips"} and kept == []
     # A config without those sections (an older run) is left alone.

@@ -113,6 +113,11 @@ def test_uniform_mode_weighs_clips_by_duration_and_adaptive_floor_by_clip():
     clip, _ = sampler("adaptive").sample(30000)
     share = torch.bincount(clip, minlength=3).float() / 30000
     torch.testing.assert_close(share, torch.full((3,), 1 / 3), atol=0.015, rtol=0)
+    # Within a clip every start frame is equally likely, also in a shorter last bin (100 = 6 * 15 + 10).
+    s = sampler("adaptive", bin_s=0.3)
+    assert s.bin_size[:7].tolist() == [15] * 6 + [10]
+    per_frame = s.probabilities() / s.bin_size
+    torch.testing.assert_close(per_frame[:7], torch.full((7,), 1 / 300))
 
 
 def test_adaptive_sampling_concentrates_on_the_failing_bin():

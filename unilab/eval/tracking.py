@@ -26,20 +26,25 @@ class TrackingEvalSettings:
     motion: Optional[str] = None  # a clip file or directory instead of the run's own motion
 
 
-def _switched_off(section: dict, noise_only: bool) -> tuple[dict, list[str]]:
-    """The keys of a config section set to their off value; and the keys left as they are (no known off)."""
-    over, kept = {}, []
+def _switched_off(section: dict, noise_only: bool = False) -> tuple[dict, list[str]]:
+    """The keys of a config section (nested sections too) set to their off value, and the dotted keys
+    left as they are because no safe "off" is known (a range: zero friction is no "off")."""
+    over: dict[str, Any] = {}
+    kept: list[str] = []
     for key, value in section.items():
         if noise_only and "noise" not in key:
             continue
         if key in OFF_VALUES:
             over[key] = OFF_VALUES[key]
+        elif isinstance(value, dict):
+            over[key], inner = _switched_off(value)
+            kept += [f"{key}.{k}" for k in inner]
         elif isinstance(value, bool):
             over[key] = False
         elif isinstance(value, (int, float)):
             over[key] = type(value)(0)
         elif value is not None:
-            kept.append(key)  # a range or a table: no safe "off" to guess, evaluated as trained
+            kept.append(key)
     return over, kept
 
 

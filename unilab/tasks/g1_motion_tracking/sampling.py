@@ -9,7 +9,7 @@ smoothed failure rate. In `adaptive` mode a bin is drawn with probability
 
 where `blurred_rate[b] = sum_k blur^k rate[b + k]` over the next `blur_bins` bins of the same clip
 (an episode that fails in bin j is best practised from a little before j), and the floor is uniform
-over the clips, then over each clip's bins, so a short clip is not starved by long ones. The failure
+over the clips, then over each clip's start frames, so a short clip is not starved by long ones. The failure
 part is global over all bins: the policy's attention goes where it fails, whichever clip that is.
 While nothing has failed yet the floor alone is used. In `uniform` mode every start frame of the
 library is equally likely. The start frame is uniform inside the drawn bin.
@@ -55,8 +55,9 @@ class StartSampler:
 
         self.bin_clip, self.bin_lo, self.bin_size = t(clip), t(lo), t(size)
         self.clip_first_bin, self.clip_num_bins, self.clip_offset = t(first), t(count), t(offsets)
-        if self.adaptive:
-            self.floor = 1.0 / (self.num_clips * self.clip_num_bins[self.bin_clip].float())
+        if self.adaptive:  # each clip 1/C, spread over its start frames (a clip's last bin may be shorter)
+            starts = torch.as_tensor([n - 1 for n in lengths], device=device).float()
+            self.floor = self.bin_size.float() / (self.num_clips * starts[self.bin_clip])
         else:
             self.floor = self.bin_size.float() / float(sum(size))
         # blur_index[k, b] = b + k where that bin is in b's clip (else b itself, with weight 0).
