@@ -157,8 +157,141 @@ def test_bad_input_exits_2_and_writes_nothing(walk_run, tmp_path, capsys):
     assert _eval(walk_run, "--checkpoint", stray, "--out", tmp_path / "y.json", *TINY) == 2
     assert "does not fit" in capsys.readouterr().err
     # A task without an evaluation.
-    config["task"]["name"], config["algo"]["name"] = "g1_motion_tracking", "fastsac"
+    config["task"]["name"], config["algo"]["name"] = "g1_dance", "fastsac"
     (bare / "run_config.json").write_text(json.dumps(config))
     assert _eval(bare, *TINY) == 2
     assert "no evaluation for task" in capsys.readouterr().err
     assert not list(tmp_path.rglob("*.json")) or {p.name for p in tmp_path.rglob("*.json")} == {"run_config.json"}
+
+
+# ------------------------------------------------------------------ motion tracking
+class ScriptedTrackingEnv:
+    """Two clips (21 and 11 frames, one frame per step); errors grow with the step. Env 0 of clip 0
+    terminates at step 5, env 1 of clip 1 at step 1; the others truncate at their clip's end."""
+
+    def __init__(self):
+        self.device = torch.device("cpu")
+        self.num_envs, self.num_clips = 4, 2
+        self.clip_names, self.clip_num_frames = ["long", "short"], [21, 11]
+        self.clip_length = torch.tensor([21, 11])
+        self.frames_per_step = 1.0
+        self.t = 0
+
+    def reset_to_clips(self, clip_ids, frames=None):
+        assert clip_ids.tolist() == [0, 0, 1, 1] and frames is None
+        self.clips = clip_ids
+        self.episode_limit = self.clip_length[clip_ids] - 1
+        return torch.zeros(4, 3)
+
+    def step(self, action):
+        self.t += 1
+        terminated = torch.tensor([self.t == 5, False, False, self.t == 1])
+        truncated = (self.t == self.episode_limit) & ~terminated
+        self.errors = {"body_pos": torch.full((4,), 0.001 * self.t), "joint_pos": torch.full((4,), 0.1),
+                       "anchor_ori": torch.full((4,), 0.2 * self.t)}
+        return torch.zeros(4, 3), None, None, terminated, truncated, None
+
+    def tracking_errors(self):
+        return self.errors
+
+
+def test_tracking_rollout_on_scripted_episodes():
+    from unilab.eval import tracking
+
+    rows = tracking.rollout(ScriptedTrackingEnv(), lambda obs: obs, envs_per_clip=2)
+    long, short = rows
+    assert (long["clip"], long["frames"], short["clip"]) == ("long", 21, "short")
+    # Clip "long": env 0 tracked 4 of 20 frames, env 1 all of them.
+    assert long["completion"] == pytest.approx((4 / 20 + 1) / 2) and long["fall_fraction"] == 0.5
+    # Measured while still running after the step: env 0 steps 1-4, env 1 steps 1-19 (step 20 ended it).
+    assert long["body_pos_error_mm"] == pytest.approx((2.5 + 10.0) / 2)
+    assert long["anchor_ori_error_rad"] == pytest.approx((0.5 + 2.0) / 2)
+    assert long["joint_pos_error_rad"] == pytest.approx(0.1)
+    # Clip "short": env 3 failed on the first step (no measured step: left out of the errors).
+    assert short["completion"] == pytest.approx(0.5) and short["fall_fraction"] == 0.5
+    assert short["body_pos_error_mm"] == pytest.approx(5.0)
+    o = tracking.overall(rows)
+    assert o["completion"] == pytest.approx((0.6 + 0.5) / 2) and o["body_pos_error_mm"] == pytest.approx(5.625)
+
+
+def test_tracking_suites_turn_off_only_existing_randomisation():
+    from unilab.eval import tracking
+
+    task = {"num_envs": 4096, "motion_file": "a.npz", "episode_length_s": 10.0,
+            "randomization": {"reset_root_pos": 0.05, "reset_vel": 0.1, "push_interval_s": [1.0, 3.0],
+                              "push_enabled": True, "com_offset_range": [-0.02, 0.02],
+                              "kick": {"max_vel": 0.5, "range": [1, 2]}},
+            "observations": {"noise_scale": 1.0, "history": 3, "noise": {"joint_pos": 0.01}}}
+    s = tracking.TrackingEvalSettings(envs_per_clip=4)
+    nominal, kept = tracking.task_overrides("nominal", task, s, max_clip_s=7.5, num_clips=3)
+    assert nominal["num_envs"] == 12 and nominal["episode_length_s"] == 8.5 and "motion_file" not in nominal
+    assert nominal["randomization"] == {"reset_root_pos": 0.0, "reset_vel": 0.0, "push_interval_s": None,
+                                        "push_enabled": False, "kick": {"max_vel": 0.0}}
+    assert nominal["observations"] == {"noise_scale": 0.0, "noise": {"joint_pos": 0.0}}
+    assert kept == ["randomization.com_offset_range", "randomization.kick.range"]
+    robust, kept = tracking.task_overrides("robust", task, tracking.TrackingEvalSettings(2, "clips"), 7.5, 3)
+    assert robust == {"num_envs": 6, "episode_length_s": 8.5, "motion_file": "clips"} and kept == []
+    # A config without those sections (an older run) is left alone.
+    assert tracking.task_overrides("nominal", {"num_envs": 2}, s, 1.0, 1)[0] == {"num_envs": 4, "episode_length_s": 2.0}
+    with pytest.raises(ValueError, match="unknown suite"):
+        tracking.task_overrides("windy", task, s, 1.0, 1)
+
+
+@pytest.fixture(scope="module")
+def tracking_run(tmp_path_factory):
+    """A tiny finished CPU run of the tracking task on a two-clip directory (checkpoints at 2 and 4)."""
+    import subprocess
+    import sys
+
+    from conftest import SMOKE_WALK
+    from unilab.motion import save_motion_clip
+    from unilab.motion.synth import synthesize
+
+    root = tmp_path_factory.mktemp("tracking_runs")
+    save_motion_clip(synthesize(duration=0.6, seed=1), root / "clips" / "kick.npz")
+    save_motion_clip(synthesize(duration=0.4, seed=2), root / "clips" / "bow.npz")
+    smoke = [a for a in SMOKE_WALK if not a.startswith(("algo.max_iterations", "algo.save_interval"))]
+    cmd = [sys.executable, "-m", "unilab.cli.train", "--task", "g1_motion_tracking", *smoke, "algo.max_iterations=4",
+           "algo.save_interval=2", f"task.motion_file={root / 'clips'}", f"training.log_dir={root}",
+           "training.run_name=track", "training.no_play=true"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return root / "track"
+
+
+@pytest.mark.slow
+def test_tracking_eval_writes_a_row_per_clip(tracking_run, tmp_path, capsys):
+    assert _eval(tracking_run, "--envs-per-clip", 2, "--device", "cpu") == 0
+    report = json.loads((tracking_run / "eval.json").read_text())
+    assert report["schema"] == EVAL_SCHEMA and report["task"] == "g1_motion_tracking" and report["iteration"] == 4
+    assert report["clips"] == ["bow", "kick"] and report["settings"] == {"envs_per_clip": 2, "motion": None}
+    for suite in ("nominal", "robust"):
+        rows = report["suites"][suite]["per_clip"]
+        assert [r["clip"] for r in rows] == ["bow", "kick"] and [r["frames"] for r in rows] == [21, 31]
+        for r in [*rows, report["suites"][suite]["overall"]]:
+            assert 0.0 <= r["completion"] <= 1.0 and 0.0 <= r["fall_fraction"] <= 1.0
+            assert r["body_pos_error_mm"] is None or r["body_pos_error_mm"] >= 0
+    table = capsys.readouterr().out
+    assert "[nominal]" in table and "bow" in table and "kick" in table and "mean" in table
+    # Another motion (one clip file), one suite, another file.
+    clip = tmp_path / "wave.npz"
+    from unilab.motion import save_motion_clip
+    from unilab.motion.synth import synthesize
+
+    save_motion_clip(synthesize(duration=0.3, seed=4), clip)
+    out = tmp_path / "wave.json"
+    assert _eval(tracking_run, "--motion", clip, "--suite", "nominal", "--envs-per-clip", 1, "--out", out,
+                 "--device", "cpu") == 0
+    report = json.loads(out.read_text())
+    assert report["clips"] == ["wave"] and [r["clip"] for r in report["suites"]["nominal"]["per_clip"]] == ["wave"]
+
+
+@pytest.mark.slow
+def test_tracking_eval_bad_input_exits_2(tracking_run, walk_run, tmp_path, capsys):
+    assert _eval(tracking_run, "--motion", tmp_path / "none.npz", "--out", tmp_path / "a.json") == 2
+    assert "--motion=" in capsys.readouterr().err
+    assert _eval(tracking_run, "--envs-per-clip", 0, "--out", tmp_path / "b.json") == 2
+    assert "--envs-per-clip" in capsys.readouterr().err
+    assert _eval(walk_run, "--motion", tmp_path / "none.npz", "--out", tmp_path / "c.json", *TINY) == 2
+    assert "--motion is for motion tracking runs" in capsys.readouterr().err
+    assert not list(tmp_path.glob("*.json"))

@@ -1,6 +1,7 @@
 """`g1_motion_tracking` on CPU MJWarp with a handful of worlds (kernels compile once per module)."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -223,3 +224,80 @@ def test_fixed_storage_changes_no_result(cache, monkeypatch):
     plain = rollout()
     for a, b in zip(kept, plain):
         assert torch.equal(a, b)
+
+
+@pytest.fixture(scope="module")
+def library_env(tmp_path_factory):
+    """Three short synthesized clips of different lengths in one directory."""
+    from unilab.tasks.g1_motion_tracking.env import G1MotionTrackingEnv
+
+    d = tmp_path_factory.mktemp("library")
+    for name, duration, seed in (("a", 0.5, 1), ("b", 1.0, 2), ("c", 0.7, 3)):
+        save_motion_clip(synthesize(duration=duration, seed=seed), d / f"{name}.npz")
+    cfg = G1MotionTrackingConfig(num_envs=N, motion_file=str(d), episode_length_s=2.0)
+    return G1MotionTrackingEnv(cfg, MjWarpSimConfig(), device="cpu", seed=0)
+
+
+def test_library_env_concatenates_and_resets_onto_clips(library_env):
+    env = library_env
+    lengths = [load_motion_clip(p).num_frames for p in sorted(Path(env.cfg.motion_file).glob("*.npz"))]
+    assert env.clip_names == ["a", "b", "c"] and env.clip_num_frames == lengths and env.num_frames == sum(lengths)
+    with pytest.raises(AttributeError, match="3 clips"):
+        env.clip
+    clips, frames = torch.tensor([0, 1, 2, 2, 1, 0]), torch.tensor([0, 5, 0, 10, 1000, 3])
+    obs = env.reset_to_clips(clips, frames)
+    offsets = torch.tensor([0, lengths[0], lengths[0] + lengths[1]])
+    local = torch.tensor([0, 5, 0, 10, lengths[1] - 2, 3])  # past the end: the clip's last start frame
+    assert torch.equal(env.motion_clip, clips) and torch.equal(env.motion_frame, offsets[clips] + local)
+    for k in range(N):  # the reference is the clip file's own frame
+        clip = env.motion.clips[int(clips[k])]
+        torch.testing.assert_close(obs[k, :29], torch.as_tensor(clip.joint_pos[int(local[k])]))
+    for name, err in env.tracking_errors().items():
+        assert err.max() < 1e-4, name
+    # Default frames: every env at its clip's first frame.
+    env.reset_to_clips(torch.tensor([2] * N))
+    assert (env.motion_frame == offsets[2]).all()
+    with pytest.raises(ValueError, match="clip ids"):
+        env.reset_to_clips(torch.tensor([3] * N))
+
+
+def test_library_episodes_stay_inside_their_clip(library_env):
+    env = library_env
+    env.generator.manual_seed(7)
+    env.reset()
+    offsets = env.clip_offset
+    seen_clips = set()
+    gen = torch.Generator().manual_seed(2)
+    for _ in range(60):
+        clip, start = env.motion_clip.clone(), env.motion_start.clone()
+        _, _, _, terminated, truncated, info = env.step(torch.rand(N, 29, generator=gen) * 0.2 - 0.1)
+        seen_clips.update(env.motion_clip.tolist())
+        # Envs that did not finish keep their clip and move within it; a clip end truncates.
+        going = ~(terminated | truncated)
+        assert torch.equal(env.motion_clip[going], clip[going]) and torch.equal(env.motion_start[going], start[going])
+        lo = offsets[env.motion_clip]
+        hi = lo + env.clip_length[env.motion_clip] - 1
+        assert ((env.motion_frame >= lo) & (env.motion_frame <= hi)).all()
+        assert ((env.motion_start >= lo) & (env.motion_start < hi)).all()
+    assert seen_clips == {0, 1, 2}
+    for name in env.clip_names:
+        assert 0 <= info[f"metrics/clip/{name}/failure_rate"] <= 1
+    assert 0 < info["metrics/sampling/entropy"] <= 1 and 0 < info["metrics/sampling/max_clip_share"] <= 1
+
+
+def test_only_step_resets_count_as_episode_ends(library_env):
+    env = library_env
+    before = env.sampler.bin_failure_rate.clone()
+    env.terminated.fill_(True)  # a stale flag must not be counted by an explicit reset
+    env.reset_to_clips(torch.tensor([1] * N), torch.full((N,), 20))
+    assert torch.equal(env.sampler.bin_failure_rate, before)
+    qpos = env.backend.qpos
+    qpos[:, 2] += 0.5  # every anchor too high: all terminate in clip b's first bin
+    env.backend.forward()
+    _, _, _, terminated, _, _ = env.step(torch.zeros(N, 29))
+    assert terminated.all()
+    alpha = env.cfg.sampling.smoothing
+    expected = (1 - alpha) * before
+    expected[int(env.sampler.clip_first_bin[1])] += alpha * N
+    torch.testing.assert_close(env.sampler.bin_failure_rate, expected)
+    assert env.sampler.clip_failure_rate[1] > 0

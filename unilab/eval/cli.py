@@ -1,8 +1,12 @@
 """`unilab eval RUN [--checkpoint FILE] [--suite nominal|robust|all]`: eval.json and a printed table.
 
+The run's task picks the evaluation: a command grid for `g1_walk_flat` (unilab/eval/walk.py), every
+clip of the motion for `g1_motion_tracking` (unilab/eval/tracking.py). The report's header fields are
+common; each suite holds the task's rows (`per_command` or `per_clip`) and their `overall` means.
+
 Input is checked before anything is built: a directory that is not a run, a run without
-checkpoints, a checkpoint of another run's task or algorithm, or a task without an evaluation
-exit 2 with the reason, and nothing is written.
+checkpoints, a checkpoint of another run's task or algorithm, a task without an evaluation or a
+bad `--motion` exit 2 with the reason, and nothing is written.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from pathlib import Path
 
 from unilab.rundir.layout import EVAL_FILE, is_run_dir
 EVAL_SCHEMA = "unilab.eval/1"
-EVALUATED_TASKS = ("g1_walk_flat",)
+EVALUATED_TASKS = ("g1_walk_flat", "g1_motion_tracking")
 
 
 class EvalInputError(ValueError):
@@ -54,8 +58,69 @@ def check_inputs(run: str, checkpoint: str | None, tasks: tuple[str, ...] | None
     return config, ckpt
 
 
+class _WalkEval:
+    """The walk task's command grid."""
+
+    def __init__(self, task: dict, settings):
+        from . import walk
+
+        self.walk, self.settings = walk, settings or walk.WalkEvalSettings()
+        self.fields = {"commands": [list(c) for c in walk.COMMAND_GRID]}
+
+    def task_config(self, task: dict, suite: str) -> dict:
+        return _merge(task, self.walk.task_overrides(suite, self.settings))
+
+    def run(self, env, policy, suite: str) -> dict:
+        rows = self.walk.rollout(env, policy, self.settings)
+        return {"per_command": rows, "overall": self.walk.overall(rows)}
+
+
+class _TrackingEval:
+    """Every clip of the run's motion (or of `settings.motion`), played from its first frame."""
+
+    def __init__(self, task: dict, settings):
+        from unilab.motion.default_clip import default_clip_path
+        from unilab.motion.library import load_motion_library
+        from unilab.tasks.g1_motion_tracking.config import check_motion_file
+
+        from . import tracking
+
+        self.tracking, self.settings = tracking, settings or tracking.TrackingEvalSettings()
+        motion = self.settings.motion or task.get("motion_file")
+        if self.settings.motion is not None:
+            try:
+                check_motion_file(self.settings.motion)
+            except ValueError as exc:
+                raise EvalInputError(str(exc).replace("task.motion_file", "--motion")) from None
+        try:
+            library = load_motion_library(motion if motion is not None else default_clip_path())
+        except ValueError as exc:  # the run's own motion file moved or changed since training
+            raise EvalInputError(f"the motion to evaluate on: {exc}") from None
+        self.max_clip_s = max(c.duration for c in library.clips)
+        self.num_clips = library.num_clips
+        self.fields = {"motion": str(motion) if motion is not None else None, "clips": list(library.names)}
+        self.nominal_kept: list[str] = []
+
+    def task_config(self, task: dict, suite: str) -> dict:
+        over, kept = self.tracking.task_overrides(suite, task, self.settings, self.max_clip_s, self.num_clips)
+        if suite == "nominal":
+            self.nominal_kept = kept
+        return _merge(task, over)
+
+    def run(self, env, policy, suite: str) -> dict:
+        rows = self.tracking.rollout(env, policy, self.settings.envs_per_clip)
+        out = {"per_clip": rows, "overall": self.tracking.overall(rows)}
+        if suite == "nominal":
+            out["randomization_kept"] = self.nominal_kept  # settings without a known "off": as trained
+        return out
+
+
+EVALUATIONS = {"g1_walk_flat": _WalkEval, "g1_motion_tracking": _TrackingEval}
+
+
 def evaluate(run: str, *, checkpoint: str | None = None, suites=("nominal", "robust"), device: str | None = None,
              settings=None, out: str | None = None) -> dict:
+    """settings: the task's (walk.WalkEvalSettings or tracking.TrackingEvalSettings); None: its defaults."""
     import torch
 
     from unilab.registry import instantiate
@@ -63,27 +128,24 @@ def evaluate(run: str, *, checkpoint: str | None = None, suites=("nominal", "rob
     from unilab.runtime.play import load_learner
     from unilab.tasks import make_env
 
-    from . import walk
-
     config, ckpt = check_inputs(run, checkpoint)
-    settings = settings or walk.WalkEvalSettings()
+    evaluation = EVALUATIONS[config["task"]["name"]](config["task"], settings)
     device = device or str(config["training"]["device"])
     seed = int(config["training"]["seed"]) + 104729  # neither the training nor the play envs' seed
     report = {"schema": EVAL_SCHEMA, "run": str(Path(run).resolve()), "checkpoint": str(ckpt),
               "checkpoint_time": Path(ckpt).stat().st_mtime,  # when it was written: learning curves in wall time
               "task": config["task"]["name"], "algo": config["algo"]["name"], "device": device,
-              "settings": vars(settings), "commands": [list(c) for c in walk.COMMAND_GRID], "suites": {}}
+              "settings": vars(evaluation.settings), **evaluation.fields, "suites": {}}
     algo, sim = instantiate("algo", config["algo"]), instantiate("sim", config["sim"])
     for suite in suites:
-        task = instantiate("task", _merge(config["task"], walk.task_overrides(suite, settings)))
+        task = instantiate("task", evaluation.task_config(config["task"], suite))
         env = make_env(task, sim, device, seed)
         try:
             learner, state = load_learner(algo, env, ckpt, device, seed)
         except ValueError as exc:
             raise EvalInputError(str(exc)) from exc
         report["iteration"], report["env_steps"] = int(state["iteration"]), int(state.get("env_steps", 0))
-        rows = walk.rollout(env, functools.partial(learner.act, deterministic=True), settings)
-        report["suites"][suite] = {"per_command": rows, "overall": walk.overall(rows)}
+        report["suites"][suite] = evaluation.run(env, functools.partial(learner.act, deterministic=True), suite)
         del env, learner
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -96,6 +158,12 @@ def format_table(report: dict) -> str:
         return "-" if x is None else fmt.format(x)
 
     lines = [f"eval of {report['checkpoint']} (iteration {report.get('iteration')}, {report.get('env_steps', 0):,} env steps)"]
+    if report.get("task") == "g1_motion_tracking":
+        from .tracking import format_suite
+
+        for suite, res in report["suites"].items():
+            lines += format_suite(suite, res)
+        return "\n".join(lines)
     for suite, res in report["suites"].items():
         lines.append(f"\n[{suite}]  command (vx, vy, wz) -> achieved      lin err m/s  yaw err rad/s  falls  torque/limit")
         for r in res["per_command"]:
@@ -110,28 +178,50 @@ def format_table(report: dict) -> str:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("eval", help="measure a run's policy: tracking errors and falls over a command grid (eval.json)")
+    p = sub.add_parser("eval", help="measure a run's policy (eval.json): velocity tracking over a command grid "
+                                    "(walk), or every clip of the motion played from its start (motion tracking)")
     p.add_argument("run", help="run directory")
     p.add_argument("--checkpoint", help="checkpoint file (default: the run's latest)")
     p.add_argument("--suite", choices=("nominal", "robust", "all"), default="all")
     p.add_argument("--device", help="default: the run's training.device")
-    p.add_argument("--envs-per-command", type=int, default=32)
-    p.add_argument("--hold-s", type=float, default=10.0, help="seconds each command is held")
-    p.add_argument("--window-s", type=float, default=6.0, help="the last seconds of the hold that are measured")
+    p.add_argument("--envs-per-command", type=int, default=32, help="walk: envs per command of the grid")
+    p.add_argument("--hold-s", type=float, default=10.0, help="walk: seconds each command is held")
+    p.add_argument("--window-s", type=float, default=6.0, help="walk: the last seconds of the hold that are measured")
+    p.add_argument("--envs-per-clip", type=int, default=16, help="motion tracking: envs playing each clip")
+    p.add_argument("--motion", help="motion tracking: a clip file or directory to evaluate on "
+                                    "(default: the run's task.motion_file)")
     p.add_argument("--out", help="where to write the report (default: RUN/eval.json)")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     p.set_defaults(func=main)
 
 
-def main(args: argparse.Namespace) -> int:
+def _settings(args: argparse.Namespace):
+    """The evaluation settings of the run's task from the flags (None when the run is no run: checked later)."""
+    from unilab.rundir.run_config import load_run_config
+
+    from .tracking import TrackingEvalSettings
     from .walk import WalkEvalSettings
 
+    try:
+        task = load_run_config(args.run)["task"]["name"]
+    except (FileNotFoundError, ValueError, KeyError):
+        return None
+    if task == "g1_motion_tracking":
+        if args.envs_per_clip < 1:
+            raise EvalInputError("need --envs-per-clip >= 1")
+        return TrackingEvalSettings(args.envs_per_clip, args.motion)
+    if args.motion is not None:
+        raise EvalInputError(f"--motion is for motion tracking runs; {args.run} trains {task}")
+    return WalkEvalSettings(args.envs_per_command, args.hold_s, args.window_s)
+
+
+def main(args: argparse.Namespace) -> int:
     if args.envs_per_command < 1 or not 0 < args.window_s <= args.hold_s:
         print("unilab eval: need --envs-per-command >= 1 and 0 < --window-s <= --hold-s", file=sys.stderr)
         return 2
     suites = ("nominal", "robust") if args.suite == "all" else (args.suite,)
-    settings = WalkEvalSettings(args.envs_per_command, args.hold_s, args.window_s)
     try:
+        settings = _settings(args)
         report = evaluate(args.run, checkpoint=args.checkpoint, suites=suites, device=args.device,
                           settings=settings, out=args.out)
     except EvalInputError as exc:

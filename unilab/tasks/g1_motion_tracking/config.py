@@ -55,10 +55,41 @@ class RandomizationConfig:
 
 
 @dataclass
+class SamplingConfig:
+    """Where episodes start (see unilab/tasks/g1_motion_tracking/sampling.py)."""
+
+    mode: str = "adaptive"  # adaptive: failure-weighted bins; uniform: every start frame equally likely
+    bin_s: float = 1.0  # seconds of clip per bin
+    uniform_share: float = 0.1  # share of starts drawn from the floor (uniform over clips, then bins)
+    smoothing: float = 0.001  # per-step weight of the newest failure counts in the bins' moving average
+    blur: float = 0.8  # a failure in bin j also weighs bin j-k by blur**k ...
+    blur_bins: int = 3  # ... for k < blur_bins, within the clip
+
+
+SAMPLING_MODES = ("uniform", "adaptive")
+
+
+def check_sampling(s: SamplingConfig) -> None:
+    if s.mode not in SAMPLING_MODES:
+        raise ValueError(f"task.sampling.mode={s.mode!r}: expected one of {', '.join(SAMPLING_MODES)}")
+    if not s.bin_s > 0:
+        raise ValueError(f"task.sampling.bin_s={s.bin_s}: must be positive")
+    for key in ("uniform_share", "smoothing", "blur"):
+        value = getattr(s, key)
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"task.sampling.{key}={value}: must be in [0, 1]")
+    if s.smoothing == 0.0:
+        raise ValueError("task.sampling.smoothing=0: the failure rates would never change")
+    if s.blur_bins < 1:
+        raise ValueError(f"task.sampling.blur_bins={s.blur_bins}: must be at least 1")
+
+
+@dataclass
 class G1MotionTrackingConfig:
     name: str = "g1_motion_tracking"
     num_envs: int = 2048
-    # npz clip; None: the embedded default clip, synthesised on first use into $XDG_CACHE_HOME/unilab/motion
+    # npz clip, or a directory of them (all its *.npz, sorted by name, one frame rate); None: the embedded
+    # default clip, synthesised on first use into $XDG_CACHE_HOME/unilab/motion
     # (or ~/.cache/unilab/motion).
     motion_file: Optional[str] = None
     episode_length_s: float = 10.0  # episodes also end (truncated) at the end of the clip
@@ -67,22 +98,25 @@ class G1MotionTrackingConfig:
     rewards: RewardConfig = field(default_factory=RewardConfig)
     terminations: TerminationConfig = field(default_factory=TerminationConfig)
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
 
     def __post_init__(self) -> None:
         at_least_one("task", self, ("num_envs",))
+        check_sampling(self.sampling)
         if self.motion_file is not None:
             check_motion_file(self.motion_file)
 
 
 def check_motion_file(path: str) -> None:
-    """Load the clip as the env will (every field, the bodies the task tracks): a missing or invalid file
+    """Load the clip(s) as the env will (every field, the bodies the task tracks): a missing or invalid file
     fails when the config is composed, not in the collector."""
     from unilab.assets.g1 import G1_ANCHOR_BODY, G1_END_EFFECTORS, G1_TRACKING_BODIES
-    from unilab.motion.clip import MotionClipError, load_motion_clip
+    from unilab.motion.clip import MotionClipError
+    from unilab.motion.library import load_motion_library
 
     try:
-        load_motion_clip(path, body_names=list(dict.fromkeys([*G1_TRACKING_BODIES, G1_ANCHOR_BODY,
+        load_motion_library(path, body_names=list(dict.fromkeys([*G1_TRACKING_BODIES, G1_ANCHOR_BODY,
                                                               *G1_END_EFFECTORS])))
     except MotionClipError as exc:
-        raise ValueError(f"task.motion_file={path!r}: expected a G1 motion clip (.npz, see unilab/motion/clip.py; "
-                         f"`unilab motion synth` writes one): {exc}") from None
+        raise ValueError(f"task.motion_file={path!r}: expected a G1 motion clip (.npz) or a directory of them "
+                         f"(see unilab/motion/clip.py; `unilab motion synth` writes one): {exc}") from None

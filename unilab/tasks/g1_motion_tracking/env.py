@@ -1,14 +1,16 @@
 """`g1_motion_tracking`: the G1 follows a reference motion clip (BeyondMimic-style).
 
-Each env plays the clip from its own random start frame, one clip frame per control step
-(clip time advances by the control dt). At reset the robot is put exactly on the reference
+The motion is one clip or a library of clips (a directory of clip files, concatenated). Each env
+plays one clip from its own start frame, one clip frame per control step (clip time advances by the
+control dt); the (clip, start frame) pairs are drawn by `sampling.StartSampler` (uniform, or weighted
+towards the bins where episodes fail). At reset the robot is put exactly on the reference
 frame. Rewards are exp kernels on the anchor (torso) pose error and on the errors of the
 tracked bodies, whose reference is re-expressed around the robot's anchor (its xy position
 and heading, the reference height), so drift in xy/yaw is not punished twice.
 
 Episodes end `terminated` when the anchor height, the anchor tilt or an end-effector height
 leaves the reference by more than the thresholds, and `truncated` at `episode_length_s` or
-when the clip's last frame is reached (no looping: an arbitrary clip does not loop seamlessly).
+when the env's clip's last frame is reached (no looping: an arbitrary clip does not loop seamlessly).
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ import numpy as np
 import torch
 
 from unilab.assets import g1
-from unilab.motion import MotionClip, default_clip_path, load_motion_clip
+from unilab.motion import MotionClip, default_clip_path
+from unilab.motion.library import MotionLibrary, load_motion_library
 from unilab.tasks.common import math as qm
 from unilab.tasks.common import rewards as rk
 from unilab.tasks.common.base import TaskEnv
 from unilab.tasks.g1_motion_tracking.config import G1MotionTrackingConfig
+from unilab.tasks.g1_motion_tracking.sampling import StartSampler
 
 
 def _unique(names) -> list[str]:
@@ -40,9 +44,9 @@ class G1MotionTrackingEnv(TaskEnv):
         root = model.body(model.jnt_bodyid[free[0]]).name
         self.tracking_bodies = list(g1.G1_TRACKING_BODIES)
         self.body_names = _unique([*self.tracking_bodies, g1.G1_ANCHOR_BODY, root, *g1.G1_END_EFFECTORS])
-        # The clip is read before the backend compiles its kernels, so a bad file fails fast.
+        # The clips are read before the backend compiles its kernels, so a bad file fails fast.
         path = cfg.motion_file if cfg.motion_file is not None else default_clip_path()
-        self.clip = load_motion_clip(path, body_names=self.body_names, num_joints=model.nu)
+        self.motion = load_motion_library(path, body_names=self.body_names, num_joints=model.nu)
 
         super().__init__(cfg, sim_cfg, model, device, seed)
         self.reward_weights = dataclasses.asdict(cfg.rewards.weights)
@@ -64,53 +68,88 @@ class G1MotionTrackingEnv(TaskEnv):
         self._body_ids = torch.as_tensor(ids, device=dev)
         # cvel is expressed about the subtree CoM of each body's root (the pelvis for the G1).
         self._body_root_ids = torch.as_tensor(model.body_rootid[ids], device=dev)
-        self._load_clip_tensors(self.clip)
+        self._load_motion_tensors(self.motion)
 
         n = self.num_envs
+        self.motion_clip = torch.zeros(n, dtype=torch.long, device=dev)
         self.motion_start = torch.zeros(n, dtype=torch.long, device=dev)
+        self.motion_end = torch.zeros(n, dtype=torch.long, device=dev)  # last frame of the env's clip
         self.motion_frame = torch.zeros(n, dtype=torch.long, device=dev)
+        self.sampler = StartSampler(self.motion.lengths, self.motion.offsets, self.motion.fps, cfg.sampling,
+                                    self.device, self.generator)
+        self._record_episode_ends = False  # True only inside step(): explicit resets are no episode ends
         self._timeout_steps = self.max_episode_length
         self.episode_limit = torch.full((n,), self._timeout_steps, dtype=torch.long, device=dev)
-        self._forced_start: Optional[torch.Tensor] = None
+        self._forced_start: Optional[tuple[torch.Tensor, torch.Tensor]] = None
         self._metrics: dict[str, torch.Tensor] = {}
         self._finish_init()
 
-    def _load_clip_tensors(self, clip: MotionClip) -> None:
-        def t(a):
+    def _load_motion_tensors(self, motion: MotionLibrary) -> None:
+        """Every clip's frames concatenated into the `ref_*_all` tensors; the clips apart by offset/length."""
+        def t(field):
+            a = motion.concatenated(field)
             return torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float32, device=self.device)
 
-        self.num_frames = clip.num_frames
-        self.frames_per_step = clip.fps * self.dt
-        self.ref_joint_pos_all = t(clip.joint_pos)
-        self.ref_joint_vel_all = t(clip.joint_vel)
-        self.ref_body_pos_all = t(clip.body_pos_w)
-        self.ref_body_quat_all = t(clip.body_quat_w)
-        self.ref_body_lin_vel_all = t(clip.body_lin_vel_w)
-        self.ref_body_ang_vel_all = t(clip.body_ang_vel_w)
+        self.num_frames = motion.num_frames
+        self.frames_per_step = motion.fps * self.dt
+        self.clip_names: list[str] = list(motion.names)
+        self.clip_num_frames: list[int] = [int(x) for x in motion.lengths]
+        self.clip_offset = torch.as_tensor(motion.offsets, dtype=torch.long, device=self.device)
+        self.clip_length = torch.as_tensor(motion.lengths, dtype=torch.long, device=self.device)
+        self.ref_joint_pos_all = t("joint_pos")
+        self.ref_joint_vel_all = t("joint_vel")
+        self.ref_body_pos_all = t("body_pos_w")
+        self.ref_body_quat_all = t("body_quat_w")
+        self.ref_body_lin_vel_all = t("body_lin_vel_w")
+        self.ref_body_ang_vel_all = t("body_ang_vel_w")
+
+    @property
+    def num_clips(self) -> int:
+        return len(self.clip_names)
+
+    @property
+    def clip(self) -> MotionClip:
+        """The motion's clip, when it has only one."""
+        if self.num_clips != 1:
+            raise AttributeError(f"the motion has {self.num_clips} clips; use env.motion.clips")
+        return self.motion.clips[0]
 
     # ------------------------------------------------------------ contract
     def step(self, actions: torch.Tensor):
         # The base truncates at `episode_length >= max_episode_length`; for the duration of a
         # step that limit is per env: the time-out or the steps left to the clip's last frame.
         self.max_episode_length = self.episode_limit
+        self._record_episode_ends = True
         try:
             obs, critic_obs, reward, terminated, truncated, info = super().step(actions)
         finally:
             self.max_episode_length = self._timeout_steps
+            self._record_episode_ends = False
         return obs, critic_obs, reward, terminated, truncated, info
 
     def _extend_info(self, info) -> None:
         info.update(self._metrics)
+        info.update(self.sampler.metrics(self.clip_names))
+
+    def reset_to_clips(self, clip_ids: torch.Tensor, frames: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Reset env i onto clip `clip_ids[i]` at its frame `frames[i]` (default 0, clamped to the clip's
+        start frames); the reset noise is the config's. Returns obs."""
+        clip_ids = torch.as_tensor(clip_ids, device=self.device).long().expand(self.num_envs)
+        if bool(((clip_ids < 0) | (clip_ids >= self.num_clips)).any()):
+            raise ValueError(f"clip ids must be in [0, {self.num_clips})")
+        local = torch.zeros_like(clip_ids) if frames is None else torch.as_tensor(frames, device=self.device).long()
+        local = torch.minimum(local.expand(self.num_envs).clamp_min(0), self.clip_length[clip_ids] - 2)
+        self._forced_start = (clip_ids, self.clip_offset[clip_ids] + local)
+        return self.reset()
 
     def reset_to_frames(self, frames: torch.Tensor) -> torch.Tensor:
-        """Reset every env onto the given clip frames (e.g. 0 for evaluation); returns obs."""
-        self._forced_start = frames.to(self.device, torch.long).clamp(0, self.num_frames - 2)
-        return self.reset()
+        """Reset every env onto the given frames of the first clip (the only one of a one-clip motion)."""
+        return self.reset_to_clips(torch.zeros(self.num_envs, dtype=torch.long, device=self.device), frames)
 
     # ------------------------------------------------------------ dynamics
     def _frame_index(self) -> torch.Tensor:
         steps = self.episode_length.float() * self.frames_per_step
-        return (self.motion_start + torch.round(steps).long()).clamp(max=self.num_frames - 1)
+        return torch.minimum(self.motion_start + torch.round(steps).long(), self.motion_end)
 
     def _post_physics_step(self) -> None:
         self.backend.forward()  # body poses/velocities of the state after the step, not of its last substep
@@ -146,13 +185,8 @@ class G1MotionTrackingEnv(TaskEnv):
 
     # --------------------------------------------------------------- reset
     def _reset_state(self, mask: torch.Tensor) -> None:
-        n = self.num_envs
-        if self._forced_start is not None:
-            start, self._forced_start = self._forced_start, None
-        else:
-            start = torch.randint(0, self.num_frames - 1, (n,), device=self.device, generator=self.generator)
-        self.motion_start = torch.where(mask, start, self.motion_start)
-        steps_left = torch.floor((self.num_frames - 1 - self.motion_start) / self.frames_per_step + 1e-6).long()
+        self._sample_starts(mask)
+        steps_left = torch.floor((self.motion_end - self.motion_start) / self.frames_per_step + 1e-6).long()
         limit = steps_left.clamp(1, self._timeout_steps)
         self.episode_limit = torch.where(mask, limit, self.episode_limit)
         self.motion_frame = self._frame_index()
@@ -160,6 +194,19 @@ class G1MotionTrackingEnv(TaskEnv):
         qpos, qvel = self._reference_state(self.motion_frame)
         self._write_state(mask, qpos, qvel)
         self._update_tracking()
+
+    def _sample_starts(self, mask: torch.Tensor) -> None:
+        """(clip, start frame) of the masked envs: forced by reset_to_clips, else drawn by the sampler after
+        it has counted the episodes that end here (in a step: their last frame is still motion_frame)."""
+        if self._record_episode_ends:
+            self.sampler.record(self.motion_clip, self.motion_frame, ended=mask, failed=mask & self.terminated)
+        if self._forced_start is not None:
+            (clip, start), self._forced_start = self._forced_start, None
+        else:
+            clip, start = self.sampler.sample(self.num_envs)
+        self.motion_clip = torch.where(mask, clip, self.motion_clip)
+        self.motion_start = torch.where(mask, start, self.motion_start)
+        self.motion_end = self.clip_offset[self.motion_clip] + self.clip_length[self.motion_clip] - 1
 
     def _reference_state(self, frame: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(N, nq), (N, nv) of the clip frames, plus the configured reset noise."""

@@ -1,0 +1,141 @@
+"""Motion tracking of every clip of a motion, from its first frame to its last.
+
+Each clip gets its own block of envs, all put on the clip's frame 0 and driven by the deterministic
+policy until the clip ends or they terminate. An env counts only until its first episode end; the
+errors are averaged over the steps it was still tracking (a terminated env's last state is excluded).
+
+Suites: `robust` is the run's task config as trained (its randomisation, pushes, observation noise);
+`nominal` is the same with every randomisation setting the config has switched off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+# The "off" value of randomisation settings whose off value is not simply zero or False.
+OFF_VALUES: dict[str, Any] = {"friction_range": None, "push_interval_s": None, "stagger_first_episode": False}
+METRICS = ("completion", "body_pos_error_mm", "joint_pos_error_rad", "anchor_ori_error_rad", "fall_fraction")
+
+
+@dataclass
+class TrackingEvalSettings:
+    envs_per_clip: int = 16
+    motion: Optional[str] = None  # a clip file or directory instead of the run's own motion
+
+
+def _switched_off(section: dict, noise_only: bool = False) -> tuple[dict, list[str]]:
+    """The keys of a config section (nested sections too) set to their off value, and the dotted keys
+    left as they are because no safe "off" is known (a range: zero friction is no "off")."""
+    over: dict[str, Any] = {}
+    kept: list[str] = []
+    for key, value in section.items():
+        if noise_only and "noise" not in key:
+            continue
+        if key in OFF_VALUES:
+            over[key] = OFF_VALUES[key]
+        elif isinstance(value, dict):
+            over[key], inner = _switched_off(value)
+            kept += [f"{key}.{k}" for k in inner]
+        elif isinstance(value, bool):
+            over[key] = False
+        elif isinstance(value, (int, float)):
+            over[key] = type(value)(0)
+        elif value is not None:
+            kept.append(key)
+    return over, kept
+
+
+def task_overrides(suite: str, task: dict, settings: TrackingEvalSettings, max_clip_s: float,
+                   num_clips: int) -> tuple[dict, list[str]]:
+    """What the suite changes in the run's task config, and the randomisation keys nominal had to keep.
+    Only keys that exist in `task` are touched, so configs of older or newer runs work alike."""
+    if suite not in ("nominal", "robust"):
+        raise ValueError(f"unknown suite {suite!r}; known: nominal, robust")
+    over: dict[str, Any] = {"num_envs": settings.envs_per_clip * num_clips,
+                            "episode_length_s": max_clip_s + 1.0}  # a clip's end, not the time-out, ends it
+    if settings.motion is not None:
+        over["motion_file"] = settings.motion
+    kept: list[str] = []
+    if suite == "nominal":
+        for name, noise_only in (("randomization", False), ("observations", True)):
+            if isinstance(task.get(name), dict):
+                section, left = _switched_off(task[name], noise_only)
+                over[name] = section
+                kept += [f"{name}.{k}" for k in left]
+    elif isinstance(task.get("randomization"), dict) and "stagger_first_episode" in task["randomization"]:
+        over["randomization"] = {"stagger_first_episode": False}  # every env starts on frame 0 together
+    return over, kept
+
+
+def rollout(env, policy, envs_per_clip: int) -> list[dict]:
+    """Play every clip of `env`'s motion from frame 0 with `policy`; one row per clip."""
+    k, dev = envs_per_clip, env.device
+    clips = torch.arange(env.num_clips, device=dev).repeat_interleave(k)
+    obs = env.reset_to_clips(clips)
+    steps = int(env.episode_limit.max())
+    n = env.num_envs
+    alive = torch.ones(n, dtype=torch.bool, device=dev)
+    fell = torch.zeros(n, dtype=torch.bool, device=dev)
+    tracked = torch.zeros(n, device=dev)  # steps taken before the episode ended by a termination
+    measured = torch.zeros(n, device=dev)
+    sums = {key: torch.zeros(n, device=dev) for key in ("body_pos", "joint_pos", "anchor_ori")}
+    with torch.no_grad():
+        for _ in range(steps):
+            obs, _, _, terminated, truncated, _ = env.step(policy(obs))
+            fell |= alive & terminated
+            tracked += (alive & ~terminated).float()
+            alive &= ~(terminated | truncated)
+            # After step(): an env that ended was reset already, so only the still running ones are measured.
+            errors = env.tracking_errors()
+            for key, total in sums.items():
+                total += torch.where(alive, errors[key], 0.0)
+            measured += alive.float()
+    to_track = (env.clip_length[clips] - 1).float()
+    done_frames = torch.minimum(torch.round(tracked * env.frames_per_step), to_track)
+    completion = torch.where(fell, done_frames / to_track, torch.ones_like(to_track))
+    mean = {key: total / measured.clamp_min(1.0) for key, total in sums.items()}
+    rows = []
+    for c, name in enumerate(env.clip_names):
+        block = slice(c * k, (c + 1) * k)
+        ok = measured[block] > 0
+
+        def avg(key, scale=1.0):
+            return float(mean[key][block][ok].mean()) * scale if bool(ok.any()) else None
+
+        rows.append({
+            "clip": name,
+            "frames": int(env.clip_num_frames[c]),
+            "completion": float(completion[block].mean()),
+            "body_pos_error_mm": avg("body_pos", 1000.0),
+            "joint_pos_error_rad": avg("joint_pos"),
+            "anchor_ori_error_rad": avg("anchor_ori"),
+            "fall_fraction": float(fell[block].float().mean()),
+        })
+    return rows
+
+
+def overall(rows: list[dict]) -> dict:
+    """Means over the clips (a clip where no env tracked a single step has no errors)."""
+    def mean(key):
+        vals = [r[key] for r in rows if r[key] is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    return {key: mean(key) for key in METRICS}
+
+
+def format_suite(suite: str, result: dict) -> list[str]:
+    def num(x, fmt):
+        return "-" if x is None else fmt.format(x)
+
+    def line(name, r):
+        return (f"  {name:<24} {100 * r['completion']:>9.1f}% {num(r['body_pos_error_mm'], '{:.1f}'):>12} "
+                f"{num(r['joint_pos_error_rad'], '{:.3f}'):>13} {num(r['anchor_ori_error_rad'], '{:.3f}'):>14} "
+                f"{100 * (r['fall_fraction'] or 0):>5.1f}%")
+
+    lines = [f"\n[{suite}]  clip                 completion  body pos mm  joint pos rad  anchor ori rad  falls"]
+    lines += [line(r["clip"][:24], r) for r in result["per_clip"]]
+    lines.append(line("mean", result["overall"]))
+    return lines
