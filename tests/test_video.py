@@ -195,3 +195,42 @@ def test_markers_are_drawn_into_the_frame():
     assert done.returncode == 0, done.stderr[-3000:]
     red0, red1, green0, green1 = map(int, done.stdout.split()[:4])
     assert red1 > red0 + 10 and green1 > green0 + 10
+
+
+class _ClipEnv:
+    """What the clip recorder reads of an env: the model, dt, the device and qpos (world 0 moves)."""
+
+    def __init__(self):
+        import mujoco
+
+        from unilab.assets import g1
+
+        self.mj_model = g1.build_g1_model()
+        d = mujoco.MjData(self.mj_model)
+        mujoco.mj_resetDataKeyframe(self.mj_model, d, 0)
+        self.qpos = torch.tensor(np.stack([d.qpos, d.qpos]), dtype=torch.float32)
+        self.dt, self.device = 0.02, torch.device("cpu")
+
+
+@pytest.mark.slow
+def test_training_clips_record_world_0_every_interval_and_render_in_another_process(tmp_path, monkeypatch):
+    from unilab.viz import clip
+
+    monkeypatch.setattr(clip, "CLIP_S", 0.1)  # 5 ticks
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = _ClipEnv()
+    rec = clip.ClipRecorder(env, interval=3, run_dir=tmp_path)
+    videos = tmp_path / clip.VIDEO_DIR
+    assert (videos / clip.MODEL_FILE).is_file()
+    for iteration in range(9):  # clips start at iterations 0 and 6 (3 is mid-clip: the first lasts 5 ticks)
+        env.qpos[0, 0] = 0.1 * iteration  # world 0 walks along x
+        env.qpos[1, 0] = -5.0  # world 1 is never recorded
+        rec.tick(iteration)
+    for p in rec.renders:
+        assert p.wait(timeout=300) == 0, (videos / clip.RENDER_LOG).read_text()[-3000:]
+    assert sorted(p.name for p in videos.glob("iter_*")) == ["iter_0000000.mp4"]  # the second clip is mid-way
+    frames = iio.imread(videos / "iter_0000000.mp4")
+    assert frames.shape[0] == 5 and frames.shape[1:] == (360, 480, 3)
+    assert rec.row == 3 and rec.started == 6
+    assert rec.buf[:3, 0].tolist() == pytest.approx([0.6, 0.7, 0.8])
+    assert rec.host[:, 0].tolist() == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.4])
