@@ -219,6 +219,7 @@ def test_training_clips_record_world_0_every_interval_and_render_in_another_proc
     monkeypatch.setattr(clip, "CLIP_S", 0.1)  # 5 ticks
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     env = _ClipEnv()
+    (tmp_path / "tensorboard").mkdir()
     rec = clip.ClipRecorder(env, interval=3, run_dir=tmp_path)
     videos = tmp_path / clip.VIDEO_DIR
     assert (videos / clip.MODEL_FILE).is_file()
@@ -231,6 +232,14 @@ def test_training_clips_record_world_0_every_interval_and_render_in_another_proc
     assert sorted(p.name for p in videos.glob("iter_*")) == ["iter_0000000.mp4"]  # the second clip is mid-way
     frames = iio.imread(videos / "iter_0000000.mp4")
     assert frames.shape[0] == 5 and frames.shape[1:] == (360, 480, 3)
+    assert not list(videos.glob("*.npz"))  # the rendered clip's positions are gone
     assert rec.row == 3 and rec.started == 6
     assert rec.buf[:3, 0].tolist() == pytest.approx([0.6, 0.7, 0.8])
     assert rec.host[:, 0].tolist() == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.4])
+    # The frame strip in the run's TensorBoard, at the clip's iteration.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (events,) = (tmp_path / "tensorboard").glob("*.clips")
+    acc = EventAccumulator(str(events)).Reload()
+    (image,) = acc.Images("clip/world0")
+    assert image.step == 0 and (image.width, image.height) == (5 * 240, 180)  # a 5-frame clip: all its frames, half size

@@ -6,7 +6,8 @@ floats) into a preallocated device buffer (an asynchronous device-to-device copy
 inside the env's captured graphs). When the clip is full, one non-blocking copy moves it to pinned host
 memory behind a CUDA event; later ticks poll that event (`query`, which never waits) and, once it has
 completed, save the positions next to the model (`videos/model.mjb`) and start `python -m
-unilab.viz.clip` on them. Rendering and encoding therefore take neither the collector's nor the
+unilab.viz.clip` on them, which also adds a strip of frames to the run's TensorBoard (images, since
+TensorBoard's video summaries need moviepy). Rendering and encoding therefore take neither the collector's nor the
 learner's interpreter lock, and OpenGL never enters a training process.
 """
 
@@ -20,6 +21,7 @@ CLIP_S = 5.0
 VIDEO_DIR = "videos"
 MODEL_FILE = "model.mjb"
 RENDER_LOG = "render.log"
+STRIP_FRAMES = 6  # frames of a clip in its TensorBoard image
 
 
 class ClipRecorder:
@@ -71,7 +73,7 @@ class ClipRecorder:
         self.pending = False
         self.renders = [p for p in self.renders if p.poll() is None]  # reap finished renders
         clip = self.dir / f"iter_{self.started:07d}.npz"
-        np.savez(clip, qpos=self.host.numpy().astype(np.float64), dt=float(self.env.dt))
+        np.savez(clip, qpos=self.host.numpy().astype(np.float64), dt=float(self.env.dt), iteration=self.started)
         with open(self.dir / RENDER_LOG, "a") as log:
             self.renders.append(subprocess.Popen([sys.executable, "-m", "unilab.viz.clip", str(clip)],
                                                  stdin=subprocess.DEVNULL, stdout=log, stderr=log))
@@ -93,17 +95,37 @@ def render_clip(clip: str | Path, *, width: int = 480, height: int = 360) -> Pat
     out = clip.with_suffix(".mp4")
     renderer = FrameRenderer(model, width=width, height=height, camera="track", root_body=root_body(model))
     writer = VideoWriter(out.with_name(out.stem + ".part.mp4"), 1.0 / float(data["dt"]))
+    qpos = data["qpos"]
+    strip_at = set(np.linspace(0, len(qpos) - 1, STRIP_FRAMES).round().astype(int).tolist())
+    strip = []
     ok = False
     try:
-        for q in data["qpos"]:
-            writer.append(renderer.frame(q[None]))
+        for i, q in enumerate(qpos):
+            frame = renderer.frame(q[None])
+            writer.append(frame)
+            if i in strip_at:
+                strip.append(frame[::2, ::2])  # half size: the strip stays small in the event file
         ok = True
     finally:
         writer.close(ok)
         renderer.close()
     writer.path.replace(out)  # a finished file appears at once: never a half-written iter_<N>.mp4
+    _to_tensorboard(clip.parent.parent, int(data["iteration"]), np.concatenate(strip, axis=1))
     clip.unlink()
     return out
+
+
+def _to_tensorboard(run_dir: Path, iteration: int, strip) -> None:
+    """The strip as an image at `iteration` in the run's TensorBoard, when the run writes one."""
+    from unilab.rundir.layout import TENSORBOARD_DIR
+
+    tb = run_dir / TENSORBOARD_DIR
+    if not tb.is_dir():
+        return  # training.tensorboard=false
+    from torch.utils.tensorboard import SummaryWriter
+
+    with SummaryWriter(log_dir=str(tb), filename_suffix=".clips") as w:
+        w.add_image("clip/world0", strip, iteration, dataformats="HWC")
 
 
 if __name__ == "__main__":
