@@ -242,4 +242,5 @@ def test_training_clips_record_world_0_every_interval_and_render_in_another_proc
     (events,) = (tmp_path / "tensorboard").glob("*.clips")
     acc = EventAccumulator(str(events)).Reload()
     (image,) = acc.Images("clip/world0")
-    assert image.step == 0 and (image.width, image.height) == (5 * 240, 180)  # a 5-frame clip: all its frames, half size
+    # A 5-frame clip: all its frames, at half size.
+    assert image.step == 0 and (image.width, image.height) == (5 * 240, 180)

@@ -3,8 +3,8 @@ posed with mj_forward and drawn with mujoco.Renderer; several worlds are tiled i
 
 from __future__ import annotations
 
-import math
 import copy
+import math
 
 import mujoco
 import numpy as np
