@@ -244,3 +244,24 @@ def test_training_clips_record_world_0_every_interval_and_render_in_another_proc
     (image,) = acc.Images("clip/world0")
     # A 5-frame clip: all its frames, at half size.
     assert image.step == 0 and (image.width, image.height) == (5 * 240, 180)
+
+
+@pytest.mark.slow
+def test_a_run_with_video_interval_leaves_a_clip_and_its_strip(tmp_path):
+    """The collector hook end to end: 2 envs, 25 ticks an iteration, a 5 s clip from iteration 0."""
+    import time
+
+    from unilab.viz import clip
+
+    cmd = [sys.executable, "-m", "unilab.cli.train", "+preset=cpu_smoke", "task.num_envs=2", "training.no_play=true",
+           "training.env_steps_per_sync=25", "algo.max_iterations=11", "algo.save_interval=1000",
+           "training.video_interval=10", f"training.log_dir={tmp_path}", "training.run_name=clip"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=_headless_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    video = tmp_path / "clip" / clip.VIDEO_DIR / "iter_0000000.mp4"
+    deadline = time.monotonic() + 180  # the render process may outlive the run; it removes the npz last
+    while (not video.exists() or list(video.parent.glob("*.npz"))) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert video.exists(), (video.parent / clip.RENDER_LOG).read_text()[-3000:]
+    assert iio.imread(video).shape[0] == round(clip.CLIP_S / 0.02)  # the walk task's 50 Hz control
+    assert len(list((tmp_path / "clip" / "tensorboard").glob("*.clips"))) == 1
