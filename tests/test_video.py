@@ -265,3 +265,14 @@ def test_a_run_with_video_interval_leaves_a_clip_and_its_strip(tmp_path):
     assert video.exists(), (video.parent / clip.RENDER_LOG).read_text()[-3000:]
     assert iio.imread(video).shape[0] == round(clip.CLIP_S / 0.02)  # the walk task's 50 Hz control
     assert len(list((tmp_path / "clip" / "tensorboard").glob("*.clips"))) == 1
+
+
+def test_a_renderer_that_cannot_start_names_what_to_install():
+    from unilab.viz.gl import HeadlessGLUnavailable, with_gl_hint
+
+    def broken():
+        raise AttributeError("'NoneType' object has no attribute 'glGetError'")
+
+    with pytest.raises(HeadlessGLUnavailable, match="libegl-mesa0.*MUJOCO_GL=osmesa"):
+        with_gl_hint(broken)
+    assert with_gl_hint(lambda: "renderer") == "renderer"

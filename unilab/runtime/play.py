@@ -209,11 +209,14 @@ def main(args) -> int:
     except (OSError, ValueError) as exc:
         print(f"unilab play: {exc}", file=sys.stderr)
         return 2
-    except RuntimeError as exc:  # no usable OpenGL, the video extra missing
+    except RuntimeError as exc:
+        from unilab.viz.gl import HeadlessGLUnavailable
         from unilab.viz.video import VideoExtraMissing
 
-        print(f"unilab play: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, VideoExtraMissing) or "MUJOCO_GL" in str(exc) else 1
+        if not isinstance(exc, (HeadlessGLUnavailable, VideoExtraMissing)):
+            raise
+        print(f"unilab play: {exc}", file=sys.stderr)  # what to install: a usage error, not a crash
+        return 2
     print(describe(report))
     print(json.dumps(report, indent=2))
     print(f"unilab play: report -> {out}", file=sys.stderr)
@@ -230,13 +233,16 @@ def _watcher(args):
         from unilab.viz.watch import PassiveViewer
 
         return PassiveViewer()
-    from unilab.viz.gl import use_headless_gl
+    import importlib
+
+    from unilab.viz.gl import use_headless_gl, with_gl_hint
     from unilab.viz.video import check_video_path
 
     path = check_video_path(args.video)
     if path.suffix.lower() == ".mp4" and (args.width % 2 or args.height % 2):
         raise ValueError(f"--width {args.width} --height {args.height}: an mp4 needs even sides")
     use_headless_gl()  # before anything imports mujoco
+    with_gl_hint(lambda: importlib.import_module("mujoco"))  # a missing GL library: say so before building the env
     from unilab.viz.watch import VideoRecorder
 
     return VideoRecorder(path, worlds=args.worlds, fps=args.fps, width=args.width, height=args.height,

@@ -9,6 +9,7 @@ import math
 import mujoco
 import numpy as np
 
+from .gl import with_gl_hint
 from .markers import add_to_scene, floor_grid
 
 CAMERAS = ("track", "fixed")
@@ -45,7 +46,7 @@ class FrameRenderer:
         model.vis.headlight.diffuse[:] = 0.75
         self.model = model
         self.data = [mujoco.MjData(model) for _ in range(self.worlds)]
-        self.renderer = mujoco.Renderer(model, self.tile_h, self.tile_w)
+        self.renderer = with_gl_hint(lambda: mujoco.Renderer(model, self.tile_h, self.tile_w))
         self.option = mujoco.MjvOption()
         self.option.geomgroup[COLLISION_GROUP] = 1
         self.camera = camera
