@@ -99,6 +99,18 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--steps", type=int, help="control steps (default: one full episode)")
     play.add_argument("--out", help="report file (default: a new play_<time>.json in the run directory; the "
                       "run's play.json belongs to the end-of-run play)")
+    play.add_argument("--agent", choices=("policy", "zero", "random"), default="policy",
+                      help="the run's policy (default), or zero / uniformly random actions (no checkpoint needed)")
+    seen = play.add_argument_group("seeing the rollout")
+    seen.add_argument("--video", metavar="FILE", help="render the rollout headless into FILE (.mp4 or .gif); "
+                      "needs pip install 'unilab[video]'")
+    seen.add_argument("--viewer", action="store_true", help="watch world 0 in MuJoCo's viewer (needs a display)")
+    seen.add_argument("--camera", choices=("track", "fixed"), default="track",
+                      help="track: follows the robot (default); fixed: stays where it starts")
+    seen.add_argument("--worlds", type=int, default=1, help="tile the first N worlds into the video (default 1)")
+    seen.add_argument("--fps", type=float, help="video frame rate (default: the control rate, real time)")
+    seen.add_argument("--width", type=int, default=640, help="video width in pixels (default 640)")
+    seen.add_argument("--height", type=int, default=480, help="video height in pixels (default 480)")
     play.set_defaults(func=_play)
 
     from unilab.eval.cli import add_parser as add_eval_parser

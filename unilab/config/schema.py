@@ -90,6 +90,8 @@ class TrainingConfig(ExecutionConfig):
     play_envs: Optional[int] = None  # envs of that play (null: task.num_envs)
     play_steps: Optional[int] = None  # control steps of that play (null: one full episode)
     export_onnx: bool = False
+    # Every N iterations, a clip of world 0 rendered to videos/iter_<N>.mp4 (needs unilab[video]); null: off.
+    video_interval: Optional[int] = None
     nan_guard: NanGuardConfig = field(default_factory=NanGuardConfig)
     mps_probe_timeout_s: float = 5.0
     mps_attach_timeout_s: float = 15.0
@@ -104,6 +106,8 @@ class TrainingConfig(ExecutionConfig):
         require(0 <= self.resume_refill_fraction <= 1, "training.resume_refill_fraction",
                 self.resume_refill_fraction, "a share of the replay capacity in [0, 1]")
         at_least_one("training", self, ("env_steps_per_sync", "ingress_slots"))
+        require(self.video_interval is None or self.video_interval >= 1, "training.video_interval",
+                self.video_interval, "null (off) or a number of iterations >= 1")
         for key in timeout_keys():  # inf would wait for ever, 0 or less never waits
             positive_finite(f"training.{key}", getattr(self, key))
         if self.run_name:

@@ -63,6 +63,11 @@ class Collector:
         self.env = env = make_env(spec.task, spec.sim, str(device), spec.seed)
         self.k_ticks = int(spec.training["env_steps_per_sync"])
         self.dims = Dims(env.num_envs, env.obs_dim, env.critic_obs_dim, env.action_dim, self.k_ticks)
+        self.clips = None  # training.video_interval: world 0 recorded on the device (unilab.viz.clip)
+        if spec.training.get("video_interval") and spec.rank == 0:
+            from unilab.viz.clip import ClipRecorder
+
+            self.clips = ClipRecorder(env, spec.training["video_interval"], spec.run_dir)
 
     def connect(self) -> None:
         """Share the observation/action buffers and the replay slots; take the learner's event handles."""
@@ -164,6 +169,8 @@ class Collector:
         self._count_episodes(slot, reward, (terminated | truncated).float())
         self._add_task_metrics(slot, info)
         st["write_end"].record()
+        if self.clips is not None:
+            self.clips.tick(self.spec.start_iteration + self.tick // self.k_ticks)
         self.tick += 1
 
     def _count_episodes(self, slot: dict, reward, done) -> None:

@@ -19,45 +19,73 @@ from typing import Any
 from unilab.rundir.layout import PLAY_FILE
 
 
+AGENTS = ("policy", "zero", "random")
+
+
 def play(run_dir: str | Path, config: dict, device: str, *, checkpoint: str | None = None,
-         num_envs: int | None = None, steps: int | None = None, out: str | Path | None = None) -> dict[str, Any]:
-    """Play and write the report to `out` (default: the run's play.json, which the end-of-run play owns)."""
+         num_envs: int | None = None, steps: int | None = None, out: str | Path | None = None,
+         agent: str = "policy", watch=None) -> dict[str, Any]:
+    """Play and write the report to `out` (default: the run's play.json, which the end-of-run play owns).
+    `agent`: the run's policy (from its checkpoint), or zero / uniformly random actions in the action
+    bounds [-1, 1] (sanity checks that need no checkpoint). `watch` (unilab.viz.watch) sees every state."""
     import torch
 
     from unilab.registry import instantiate
     from unilab.rundir.atomic import write_json_atomic
-    from unilab.rundir.checkpoint import find_checkpoint
     from unilab.tasks import make_env
+    from unilab.viz.watch import WatchClosed
 
-    ckpt = find_checkpoint(str(checkpoint or run_dir))
+    if agent not in AGENTS:
+        raise ValueError(f"--agent {agent}: choose one of {', '.join(AGENTS)}")
+    ckpt = None
+    if agent == "policy":
+        from unilab.rundir.checkpoint import find_checkpoint
+
+        ckpt = find_checkpoint(str(checkpoint or run_dir))
     task = instantiate("task", {**config["task"], **({"num_envs": int(num_envs)} if num_envs else {})})
     seed = int(config["training"]["seed"]) + 7919  # not the training envs' seed
     env = make_env(task, instantiate("sim", config["sim"]), device, seed)
     n = env.num_envs
-    learner, state = load_learner(instantiate("algo", config["algo"]), env, ckpt, device, seed)
+    act, iteration = _agent(agent, env, config, ckpt, device, seed)
     steps = int(steps or env.max_episode_length)
 
-    obs = env.reset()
     dev = env.device
     ret = torch.zeros(n, device=dev)
     length = torch.zeros(n, device=dev)
     finished = torch.zeros(n, dtype=torch.bool, device=dev)
     early = torch.zeros(n, dtype=torch.bool, device=dev)
-    with torch.no_grad():
-        for _ in range(steps):
-            action = learner.act(obs, deterministic=True)
-            obs, _, reward, terminated, truncated, _ = env.step(action)
-            active = ~finished
-            ret += reward * active
-            length += active.float()
-            early |= terminated & active
-            finished |= (terminated | truncated) & active
+    played = 0
+    ok = False
+    try:
+        if watch is not None:
+            watch.start(env)
+        obs = env.reset()
+        with torch.no_grad():
+            if watch is not None:
+                watch.frame(env)
+            for _ in range(steps):
+                obs, _, reward, terminated, truncated, _ = env.step(act(obs))
+                active = ~finished
+                ret += reward * active
+                length += active.float()
+                early |= terminated & active
+                finished |= (terminated | truncated) & active
+                played += 1
+                if watch is not None:
+                    watch.frame(env)
+        ok = True
+    except WatchClosed:
+        ok = True
+    finally:
+        if watch is not None:
+            watch.close(ok)
     report = {
-        "checkpoint": str(ckpt),
-        "iteration": int(state["iteration"]),
+        "checkpoint": None if ckpt is None else str(ckpt),
+        "iteration": iteration,
+        "agent": agent,
         "device": device,
         "num_envs": n,
-        "steps": steps,
+        "steps": played,
         "max_episode_length": int(env.max_episode_length),
         "episodes_finished": int(finished.sum()),
         "terminated_fraction": float(early.float().mean()),
@@ -66,6 +94,26 @@ def play(run_dir: str | Path, config: dict, device: str, *, checkpoint: str | No
     }
     write_json_atomic(Path(out) if out is not None else Path(run_dir) / PLAY_FILE, report)
     return report
+
+
+def _agent(agent: str, env, config: dict, ckpt, device: str, seed: int):
+    """(observation -> action, the checkpoint's iteration or None) of the agent."""
+    import functools
+
+    import torch
+
+    if agent == "policy":
+        from unilab.registry import instantiate
+
+        learner, state = load_learner(instantiate("algo", config["algo"]), env, ckpt, device, seed)
+        return functools.partial(learner.act, deterministic=True), int(state["iteration"])
+    shape = (env.num_envs, env.action_dim)
+    if agent == "zero":
+        zeros = torch.zeros(shape, device=env.device)
+        return (lambda obs: zeros), None
+    gen = torch.Generator(device=env.device)
+    gen.manual_seed(seed)
+    return (lambda obs: torch.rand(shape, device=env.device, generator=gen) * 2.0 - 1.0), None
 
 
 def load_learner(algo, env, checkpoint, device: str, seed: int):
@@ -141,21 +189,61 @@ def out_file(out: str, example: str) -> Path:
 
 def main(args) -> int:
     """`unilab play RUN`: in this process, on `--device` (default: the run's training.device)."""
-    from unilab.rundir.run_config import load_run_config
-
-    for flag, value in (("--envs", args.envs), ("--steps", args.steps)):
-        if value is not None and value < 1:
+    video, viewer = getattr(args, "video", None), getattr(args, "viewer", False)
+    numbers = [("--envs", args.envs), ("--steps", args.steps)]
+    if video is not None:
+        numbers += [("--worlds", args.worlds), ("--fps", args.fps), ("--width", args.width), ("--height", args.height)]
+    for flag, value in numbers:
+        if value is not None and value <= 0:
             print(f"unilab play: {flag} {value}: expected a positive number", file=sys.stderr)
             return 2
     try:
+        watch = _watcher(args) if video is not None or viewer else None
+        from unilab.rundir.run_config import load_run_config
+
         config = load_run_config(args.run)
         out = report_path(args.run, getattr(args, "out", None))
         report = play(args.run, config, args.device or str(config["training"]["device"]),
-                      checkpoint=args.checkpoint, num_envs=args.envs, steps=args.steps, out=out)
+                      checkpoint=args.checkpoint, num_envs=args.envs, steps=args.steps, out=out,
+                      agent=getattr(args, "agent", "policy"), watch=watch)
     except (OSError, ValueError) as exc:
         print(f"unilab play: {exc}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:
+        from unilab.viz.gl import HeadlessGLUnavailable
+        from unilab.viz.video import VideoExtraMissing
+
+        if not isinstance(exc, (HeadlessGLUnavailable, VideoExtraMissing)):
+            raise
+        print(f"unilab play: {exc}", file=sys.stderr)  # what to install: a usage error, not a crash
         return 2
     print(describe(report))
     print(json.dumps(report, indent=2))
     print(f"unilab play: report -> {out}", file=sys.stderr)
+    if video is not None:
+        print(f"unilab play: video -> {video}", file=sys.stderr)
     return 0
+
+
+def _watcher(args):
+    """The --video recorder or the --viewer, checked before the env is built (nothing is written on an error)."""
+    if args.video is not None and args.viewer:
+        raise ValueError("--video and --viewer: choose one")
+    if args.viewer:
+        from unilab.viz.watch import PassiveViewer
+
+        return PassiveViewer()
+    import importlib
+
+    from unilab.viz.gl import use_headless_gl, with_gl_hint
+    from unilab.viz.video import check_video_path
+
+    path = check_video_path(args.video)
+    if path.suffix.lower() == ".mp4" and (args.width % 2 or args.height % 2):
+        raise ValueError(f"--width {args.width} --height {args.height}: an mp4 needs even sides")
+    use_headless_gl()  # before anything imports mujoco
+    with_gl_hint(lambda: importlib.import_module("mujoco"))  # a missing GL library: say so before building the env
+    from unilab.viz.watch import VideoRecorder
+
+    return VideoRecorder(path, worlds=args.worlds, fps=args.fps, width=args.width, height=args.height,
+                         camera=args.camera)

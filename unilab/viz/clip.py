@@ -1,0 +1,135 @@
+"""Training-time clips (`training.video_interval`): every N iterations the collector records world 0 for
+CLIP_S seconds, and a separate process renders the clip to `videos/iter_<N>.mp4` in the run directory.
+
+Why this shape: the collector's loop is the hot path. Per tick it only copies world 0's qpos (~36
+floats) into a preallocated device buffer (an asynchronous device-to-device copy: no host sync, nothing
+inside the env's captured graphs). When the clip is full, one non-blocking copy moves it to pinned host
+memory behind a CUDA event; later ticks poll that event (`query`, which never waits) and, once it has
+completed, save the positions next to the model (`videos/model.mjb`) and start `python -m
+unilab.viz.clip` on them, which also adds a strip of frames to the run's TensorBoard (images, since
+TensorBoard's video summaries need moviepy). Rendering and encoding therefore take neither the collector's nor the
+learner's interpreter lock, and OpenGL never enters a training process.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+CLIP_S = 5.0
+VIDEO_DIR = "videos"
+MODEL_FILE = "model.mjb"
+RENDER_LOG = "render.log"
+STRIP_FRAMES = 6  # frames of a clip in its TensorBoard image
+
+
+class ClipRecorder:
+    """World 0's positions over CLIP_S seconds, every `interval` iterations, handed to a render process."""
+
+    def __init__(self, env, interval: int, run_dir: str | Path):
+        import mujoco
+        import torch
+
+        from .video import require_imageio
+
+        require_imageio()  # a run asking for videos without the extra fails at startup, not at the first clip
+        self.torch = torch
+        self.env = env
+        self.interval = int(interval)
+        self.dir = Path(run_dir) / VIDEO_DIR
+        self.dir.mkdir(parents=True, exist_ok=True)
+        mujoco.mj_saveModel(env.mj_model, str(self.dir / MODEL_FILE), None)
+        ticks = max(2, round(CLIP_S / env.dt))
+        nq = env.qpos.shape[1]
+        self.buf = torch.zeros(ticks, nq, device=env.device)
+        cuda = env.device.type == "cuda"
+        self.host = torch.zeros(ticks, nq, pin_memory=cuda)
+        self.event = torch.cuda.Event() if cuda else None
+        self.row = None  # the next row while recording
+        self.started = None  # iteration at the start of the clip being recorded or copied
+        self.pending = False  # a full clip on its way to the host
+        self.renders: list[subprocess.Popen] = []
+
+    def tick(self, iteration: int) -> None:
+        """After each env step; `iteration` is the learner iteration this tick belongs to."""
+        if self.pending and (self.event is None or self.event.query()):
+            self._hand_over()
+        if self.row is None:
+            if self.pending or iteration % self.interval or iteration == self.started:
+                return
+            self.row, self.started = 0, iteration
+        self.buf[self.row].copy_(self.env.qpos[0])
+        self.row += 1
+        if self.row == len(self.buf):
+            self.host.copy_(self.buf, non_blocking=True)
+            if self.event is not None:
+                self.event.record()
+            self.row, self.pending = None, True
+
+    def _hand_over(self) -> None:
+        import numpy as np
+
+        self.pending = False
+        self.renders = [p for p in self.renders if p.poll() is None]  # reap finished renders
+        clip = self.dir / f"iter_{self.started:07d}.npz"
+        np.savez(clip, qpos=self.host.numpy().astype(np.float64), dt=float(self.env.dt), iteration=self.started)
+        with open(self.dir / RENDER_LOG, "a") as log:
+            self.renders.append(subprocess.Popen([sys.executable, "-m", "unilab.viz.clip", str(clip)],
+                                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log))
+
+
+def render_clip(clip: str | Path, *, width: int = 480, height: int = 360) -> Path:
+    """Render a saved clip (qpos, dt) with the model saved beside it into an mp4 of the same name;
+    the clip file is removed once the video is written."""
+    import mujoco
+    import numpy as np
+
+    from .render import FrameRenderer
+    from .video import VideoWriter
+    from .watch import root_body
+
+    clip = Path(clip)
+    data = np.load(clip)
+    model = mujoco.MjModel.from_binary_path(str(clip.parent / MODEL_FILE))
+    out = clip.with_suffix(".mp4")
+    renderer = FrameRenderer(model, width=width, height=height, camera="track", root_body=root_body(model))
+    writer = VideoWriter(out.with_name(out.stem + ".part.mp4"), 1.0 / float(data["dt"]))
+    qpos = data["qpos"]
+    strip_at = set(np.linspace(0, len(qpos) - 1, STRIP_FRAMES).round().astype(int).tolist())
+    strip = []
+    ok = False
+    try:
+        for i, q in enumerate(qpos):
+            frame = renderer.frame(q[None])
+            writer.append(frame)
+            if i in strip_at:
+                strip.append(frame[::2, ::2])  # half size: the strip stays small in the event file
+        ok = True
+    finally:
+        writer.close(ok)
+        renderer.close()
+    writer.path.replace(out)  # a finished file appears at once: never a half-written iter_<N>.mp4
+    _to_tensorboard(clip.parent.parent, int(data["iteration"]), np.concatenate(strip, axis=1))
+    clip.unlink()
+    return out
+
+
+def _to_tensorboard(run_dir: Path, iteration: int, strip) -> None:
+    """The strip as an image at `iteration` in the run's TensorBoard, when the run writes one."""
+    from unilab.rundir.layout import TENSORBOARD_DIR
+
+    tb = run_dir / TENSORBOARD_DIR
+    if not tb.is_dir():
+        return  # training.tensorboard=false
+    from torch.utils.tensorboard import SummaryWriter
+
+    with SummaryWriter(log_dir=str(tb), filename_suffix=".clips") as w:
+        w.add_image("clip/world0", strip, iteration, dataformats="HWC")
+
+
+if __name__ == "__main__":
+    from .gl import use_headless_gl
+
+    use_headless_gl()
+    print(f"unilab: clip -> {render_clip(sys.argv[1])}", flush=True)
