@@ -1,14 +1,17 @@
 """`g1_motion_tracking`: the G1 follows a reference motion clip (BeyondMimic-style).
 
 Each env plays the clip from its own random start frame, one clip frame per control step
-(clip time advances by the control dt). At reset the robot is put exactly on the reference
-frame. Rewards are exp kernels on the anchor (torso) pose error and on the errors of the
+(clip time advances by the control dt). At reset the robot is put on the reference
+frame, within the configured reset noise. Rewards are exp kernels on the anchor (torso) pose error and on the errors of the
 tracked bodies, whose reference is re-expressed around the robot's anchor (its xy position
 and heading, the reference height), so drift in xy/yaw is not punished twice.
 
 Episodes end `terminated` when the anchor height, the anchor tilt or an end-effector height
 leaves the reference by more than the thresholds, and `truncated` at `episode_length_s` or
 when the clip's last frame is reached (no looping: an arbitrary clip does not loop seamlessly).
+
+Robustness (see docs/en/tracking.md): pushes, per-world friction and CoM, noise on the policy's
+observations only, a self-collision penalty and per-joint action spans.
 """
 
 from __future__ import annotations
