@@ -110,3 +110,52 @@ def test_stands_five_seconds_with_stiff_pd():
 def test_default_gains_hold_pose_briefly(model):
     heights, ups = _stand(model, steps=100)  # 0.5 s before the slow topple builds up
     assert heights.min() > 0.7 and ups.min() > 0.98
+
+
+# ------------------------------------------------------------------------------- self-collisions
+def _self_contacts(m: mujoco.MjModel, d: mujoco.MjData) -> list[tuple[str, str]]:
+    floor = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, "floor")
+    return [(m.geom(c.geom[0]).name, m.geom(c.geom[1]).name) for c in d.contact[:d.ncon] if floor not in c.geom]
+
+
+def test_self_collisions_off_by_default(model):
+    robot = model.geom_bodyid > 0
+    assert (model.geom_contype[robot] == 0).all()  # robot geoms meet the floor only
+    names = [model.sensor(i).name for i in range(model.nsensor)]
+    assert g1.G1_SELF_COLLISION_SENSOR not in names
+
+
+def test_self_collision_sensor_counts_overlapping_limbs():
+    m = g1.build_g1_model(self_collisions=True)
+    d = mujoco.MjData(m)
+    adr = m.sensor_adr[m.sensor(g1.G1_SELF_COLLISION_SENSOR).id]
+    d.qpos[:] = g1.default_qpos(m)
+    mujoco.mj_forward(m, d)
+    assert _self_contacts(m, d) == [] and d.sensordata[adr] == 0  # excluded neighbours do not touch at rest
+    # Both upper arms rolled through the chest.
+    for joint, q in (("left_shoulder_roll_joint", -1.5), ("right_shoulder_roll_joint", 1.5)):
+        d.qpos[m.jnt_qposadr[m.joint(joint).id]] = q
+    mujoco.mj_forward(m, d)
+    pairs = _self_contacts(m, d)
+    assert any("torso_link" in a + b for a, b in pairs)
+    assert d.sensordata[adr] == len(pairs)  # every robot-robot contact, none with the floor
+    # Parent and child never collide, even where their capsules overlap.
+    parent = {m.body(i).name: m.body(m.body_parentid[i]).name for i in range(m.nbody)}
+    for a, b in pairs:
+        ba, bb = a.rsplit("_col", 1)[0], b.rsplit("_col", 1)[0]
+        assert parent[ba] != bb and parent[bb] != ba
+
+
+def test_default_clip_has_no_self_contacts(tmp_path, monkeypatch):
+    """The tracking task turns self-collisions on: its default clip must not be penalised for touching."""
+    from unilab.motion import default_clip, default_clip_path, load_motion_clip
+
+    monkeypatch.setattr(default_clip, "cache_dir", lambda: tmp_path)
+    clip = load_motion_clip(default_clip_path())
+    m = g1.build_g1_model(self_collisions=True)
+    d = mujoco.MjData(m)
+    d.qpos[:] = g1.default_qpos(m)
+    for frame in range(0, clip.num_frames, 5):
+        d.qpos[7:] = clip.joint_pos[frame]
+        mujoco.mj_forward(m, d)
+        assert _self_contacts(m, d) == [], frame

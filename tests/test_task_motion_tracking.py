@@ -10,7 +10,7 @@ import torch
 from unilab.motion import load_motion_clip, save_motion_clip
 from unilab.motion.synth import synthesize
 from unilab.sim.config import MjWarpSimConfig
-from unilab.tasks.g1_motion_tracking.config import G1MotionTrackingConfig
+from unilab.tasks.g1_motion_tracking.config import G1MotionTrackingConfig, ObservationConfig, RandomizationConfig
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +35,16 @@ def cache(tmp_path_factory):
 def env(cache):
     from unilab.tasks.g1_motion_tracking.env import G1MotionTrackingEnv
 
-    return G1MotionTrackingEnv(G1MotionTrackingConfig(num_envs=N), MjWarpSimConfig(), device="cpu", seed=0)
+    return G1MotionTrackingEnv(nominal_config(N), MjWarpSimConfig(), device="cpu", seed=0)
+
+
+def nominal_config(num_envs: int, **kw) -> G1MotionTrackingConfig:
+    """Exact resets, clean observations, no pushes or model randomisation, the uniform 1.25 rad action
+    scale: the robustness defaults have their own tests (tests/test_task_motion_tracking_robust.py)."""
+    quiet = RandomizationConfig(reset_root_pos=0.0, reset_root_yaw=0.0, reset_joint_pos=0.0, reset_vel=0.0,
+                                friction_range=None, push_interval_s=None, com_offset=None)
+    return G1MotionTrackingConfig(num_envs=num_envs, action_scale=1.25, randomization=quiet,
+                                  observations=ObservationConfig(noise_scale=0.0), **kw)
 
 
 def _zeros():
@@ -234,7 +243,7 @@ def library_env(tmp_path_factory):
     d = tmp_path_factory.mktemp("library")
     for name, duration, seed in (("a", 0.5, 1), ("b", 1.0, 2), ("c", 0.7, 3)):
         save_motion_clip(synthesize(duration=duration, seed=seed), d / f"{name}.npz")
-    cfg = G1MotionTrackingConfig(num_envs=N, motion_file=str(d), episode_length_s=2.0)
+    cfg = nominal_config(N, motion_file=str(d), episode_length_s=2.0)
     return G1MotionTrackingEnv(cfg, MjWarpSimConfig(), device="cpu", seed=0)
 
 

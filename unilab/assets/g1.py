@@ -60,6 +60,8 @@ G1_FOOT_BODIES: tuple[str, str] = ("left_ankle_roll_link", "right_ankle_roll_lin
 G1_FOOT_SITES: tuple[str, str] = ("left_foot", "right_foot")
 G1_HAND_SITES: tuple[str, str] = ("left_palm", "right_palm")
 G1_FOOT_CONTACT_SENSORS: tuple[str, str] = ("left_foot_contact", "right_foot_contact")
+# With self_collisions: number of contacts between two geoms of the robot (the floor is no part of it).
+G1_SELF_COLLISION_SENSOR = "self_collision"
 G1_IMU_SITE = "imu_pelvis"
 G1_TORSO_IMU_SITE = "imu_torso"
 G1_ANCHOR_BODY = "torso_link"
@@ -234,6 +236,7 @@ def build_g1_spec(
     for body, site in zip(("left_wrist_yaw_link", "right_wrist_yaw_link"), G1_HAND_SITES):
         bodies[body].add_site(name=site, pos=(0.08, 0.0, 0.0), size=(0.01, 0, 0))
     if self_collisions:
+        # MuJoCo already skips parent-child pairs; these neighbours touch at rest across a geom-less link.
         for b1, b2 in _SELF_EXCLUDES:
             spec.add_exclude(bodyname1=b1, bodyname2=b2)
 
@@ -262,6 +265,15 @@ def build_g1_spec(
                 objname=body, reftype=mujoco.mjtObj.mjOBJ_GEOM, refname="floor",
             )
             sensor.intprm[:3] = (1 | 2, 3, 1)  # data = found|force, reduce = netforce, num = 1
+
+    if self_collisions:
+        # An XBODY object of a contact sensor matches the body's whole subtree: the pelvis subtree on both
+        # sides is every robot-robot contact. data = found (the number of matching contacts).
+        sensor = spec.add_sensor(
+            name=G1_SELF_COLLISION_SENSOR, type=mujoco.mjtSensor.mjSENS_CONTACT,
+            objtype=mujoco.mjtObj.mjOBJ_XBODY, objname="pelvis", reftype=mujoco.mjtObj.mjOBJ_XBODY, refname="pelvis",
+        )
+        sensor.intprm[:3] = (1, 0, 1)
 
     spec.add_key(name="stand", qpos=_default_qpos_array(), ctrl=G1_DEFAULT_QPOS_JOINTS)
     return spec

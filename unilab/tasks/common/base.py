@@ -147,7 +147,8 @@ class TaskEnv:
         self.dt = float(sim_cfg.timestep) * int(sim_cfg.decimation)
         # The epsilon keeps 20 s / 0.02 s at 1000 steps despite float rounding.
         self.max_episode_length = int(math.ceil(float(cfg.episode_length_s) / self.dt - 1e-6))
-        self.action_scale = float(cfg.action_scale)
+        # A string (e.g. "per_joint") names spans the task sets itself in action_spans() / _apply_actions().
+        self.action_scale = math.nan if isinstance(cfg.action_scale, str) else float(cfg.action_scale)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(int(seed))
 

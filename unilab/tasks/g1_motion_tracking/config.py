@@ -6,10 +6,12 @@ cheaply. Reward weights are per second: the env multiplies each weighted term by
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
-from unilab.checks import at_least_one
+from unilab.checks import at_least_one, one_of, positive_finite, require
 
 
 @dataclass
@@ -22,6 +24,9 @@ class RewardWeights:
     body_ang_vel: float = 1.0
     action_rate: float = -0.1
     joint_limit: float = -10.0
+    # Contacts between the robot's own geoms (needs self_collisions): arms through the torso, legs
+    # through each other are motions the reference never shows and hardware must not do.
+    self_collision: float = -10.0
     termination: float = 0.0
 
 
@@ -45,13 +50,70 @@ class TerminationConfig:
     end_effector_height: float = 0.25  # m, any end effector's |z_ref - z|
 
 
+_DEFAULT_COM_BODIES = ("torso_link",)
+
+
 @dataclass
 class RandomizationConfig:
-    # Uniform noise around the reference frame at reset; all off by default.
-    reset_root_pos: float = 0.0  # m, x and y (z is left alone: the feet would sink into the floor)
-    reset_root_yaw: float = 0.0  # rad
-    reset_joint_pos: float = 0.0  # rad
-    reset_vel: float = 0.0  # m/s and rad/s of the root, rad/s of the joints
+    # Uniform noise around the reference frame at reset (0 turns a term off): the policy must recover
+    # from states near, not on, the clip.
+    reset_root_pos: float = 0.05  # m, x and y (z is left alone: the feet would sink into the floor)
+    reset_root_yaw: float = 0.2  # rad
+    reset_joint_pos: float = 0.1  # rad
+    reset_vel: float = 0.5  # m/s and rad/s of the root, rad/s of the joints
+    # Per-env sliding friction of every geom, redrawn at every reset; null turns it off.
+    friction_range: Optional[tuple[float, float]] = (0.3, 1.2)
+    # Every env is pushed at its own times, uniformly push_interval_s apart; null turns pushes off.
+    push_interval_s: Optional[tuple[float, float]] = (1.0, 3.0)
+    # Half-widths of the uniform root velocity kick: x, y, z (m/s, world frame), roll, pitch, yaw
+    # (rad/s, root frame). Whole-body motions must survive being knocked in every direction.
+    push_max_vel: tuple[float, float, float, float, float, float] = (0.5, 0.5, 0.2, 0.52, 0.52, 0.78)
+    # Per-env CoM offset (m, body frame, half-widths x, y, z) of com_bodies, redrawn at every reset;
+    # null turns it off. The torso carries the battery and the most mass: its CoM is the least certain.
+    com_offset: Optional[tuple[float, float, float]] = (0.025, 0.05, 0.05)
+    com_bodies: tuple[str, ...] = _DEFAULT_COM_BODIES
+
+    def __post_init__(self) -> None:
+        p = "task.randomization"
+        for name in ("reset_root_pos", "reset_root_yaw", "reset_joint_pos", "reset_vel"):
+            non_negative(f"{p}.{name}", getattr(self, name))
+        for name in ("friction_range", "push_interval_s"):
+            value = getattr(self, name)
+            if value is not None:
+                require(len(value) == 2 and 0 < value[0] <= value[1] and math.isfinite(value[1]), f"{p}.{name}",
+                        list(value), "null or [low, high] with 0 < low <= high")
+        require(len(self.push_max_vel) == 6, f"{p}.push_max_vel", list(self.push_max_vel), "six half-widths")
+        for w in self.push_max_vel:
+            non_negative(f"{p}.push_max_vel", w)
+        if self.com_offset is not None:
+            require(len(self.com_offset) == 3, f"{p}.com_offset", list(self.com_offset), "null or [x, y, z] (m)")
+            for w in self.com_offset:
+                require(math.isfinite(w) and 0 <= w <= 0.2, f"{p}.com_offset", list(self.com_offset),
+                        "half-widths in [0, 0.2] m")
+            require(len(self.com_bodies) >= 1, f"{p}.com_bodies", list(self.com_bodies), "at least one G1 body")
+            if tuple(self.com_bodies) != _DEFAULT_COM_BODIES:  # the asset pulls mujoco: only for a changed list
+                from unilab.assets.g1 import G1_BODY_NAMES
+
+                for body in self.com_bodies:
+                    one_of(f"{p}.com_bodies", body, G1_BODY_NAMES)
+
+
+@dataclass
+class ObservationConfig:
+    # Uniform noise half-widths of the policy's observation terms, multiplied by noise_scale (0 turns
+    # the noise off). The critic always sees the clean state. The reference terms (ref_joint_pos/vel)
+    # and the last action are exact and stay so.
+    noise_scale: float = 1.0
+    anchor_pos_noise: float = 0.25  # m
+    anchor_ori_noise: float = 0.05  # 6D rotation entries
+    lin_vel_noise: float = 0.5  # m/s
+    ang_vel_noise: float = 0.2  # rad/s
+    joint_pos_noise: float = 0.01  # rad
+    joint_vel_noise: float = 0.5  # rad/s
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            non_negative(f"task.observations.{f.name}", getattr(self, f.name))
 
 
 @dataclass
@@ -93,18 +155,49 @@ class G1MotionTrackingConfig:
     # (or ~/.cache/unilab/motion).
     motion_file: Optional[str] = None
     episode_length_s: float = 10.0  # episodes also end (truncated) at the end of the clip
-    # rad per unit action around the stand pose; the default clip needs up to 1 rad offsets (knee raise).
-    action_scale: float = 1.25
+    # How an action in [-1, 1] moves each joint target from the stand pose:
+    #   "per_joint": per_joint_gain * 0.25 * effort_limit / kp rad (the anchor tracker's per-joint scale,
+    #     stiff strong joints move less per unit than weak soft ones);
+    #   a number: that many rad for every joint (1.25 was the earlier uniform default).
+    action_scale: Any = "per_joint"
+    # Multiple of the per-joint scale an action of +-1 reaches. The anchor's Gaussian actions are
+    # unbounded and reach a few scales; ours are squashed to [-1, 1], so the bound must hold the
+    # clip's offsets from the stand pose (knee up to 1 rad in the default clip, elbow and knee
+    # further in running clips) plus the PD offset under load.
+    per_joint_gain: float = 4.0
+    # Collisions between the robot's own geoms (see unilab/assets/g1.py) and the self_collision penalty.
+    self_collisions: bool = True
     rewards: RewardConfig = field(default_factory=RewardConfig)
     terminations: TerminationConfig = field(default_factory=TerminationConfig)
+    observations: ObservationConfig = field(default_factory=ObservationConfig)
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
+
+    @property
+    def action_bounds(self) -> str:
+        """How an exported policy names its action mapping: per-joint spans or one uniform scale."""
+        return "per_joint" if self.action_scale == "per_joint" else "uniform"
 
     def __post_init__(self) -> None:
         at_least_one("task", self, ("num_envs",))
         check_sampling(self.sampling)
+        check_action_scale(self.action_scale)
+        positive_finite("task.per_joint_gain", self.per_joint_gain)
         if self.motion_file is not None:
             check_motion_file(self.motion_file)
+
+
+def check_action_scale(value: Any) -> None:
+    if isinstance(value, str):
+        one_of("task.action_scale", value, ("per_joint",))
+        return
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    require(ok and math.isfinite(value) and value > 0, "task.action_scale", value, "per_joint or a number > 0 (rad)")
+
+
+def non_negative(key: str, value: float) -> None:
+    require(isinstance(value, (int, float)) and math.isfinite(value) and value >= 0, key, value,
+            "a finite number >= 0")
 
 
 def check_motion_file(path: str) -> None:

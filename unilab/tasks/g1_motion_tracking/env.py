@@ -3,19 +3,23 @@
 The motion is one clip or a library of clips (a directory of clip files, concatenated). Each env
 plays one clip from its own start frame, one clip frame per control step (clip time advances by the
 control dt); the (clip, start frame) pairs are drawn by `sampling.StartSampler` (uniform, or weighted
-towards the bins where episodes fail). At reset the robot is put exactly on the reference
-frame. Rewards are exp kernels on the anchor (torso) pose error and on the errors of the
+towards the bins where episodes fail). At reset the robot is put on the reference frame, within the
+configured reset noise. Rewards are exp kernels on the anchor (torso) pose error and on the errors of the
 tracked bodies, whose reference is re-expressed around the robot's anchor (its xy position
 and heading, the reference height), so drift in xy/yaw is not punished twice.
 
 Episodes end `terminated` when the anchor height, the anchor tilt or an end-effector height
 leaves the reference by more than the thresholds, and `truncated` at `episode_length_s` or
 when the env's clip's last frame is reached (no looping: an arbitrary clip does not loop seamlessly).
+
+Robustness (see docs/en/tracking.md): pushes, per-world friction and CoM, noise on the policy's
+observations only, a self-collision penalty and per-joint action spans.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Optional
 
 import mujoco
@@ -26,6 +30,7 @@ from unilab.assets import g1
 from unilab.motion import MotionClip, default_clip_path
 from unilab.motion.library import MotionLibrary, load_motion_library
 from unilab.tasks.common import math as qm
+from unilab.tasks.common import randomization as dr
 from unilab.tasks.common import rewards as rk
 from unilab.tasks.common.base import TaskEnv
 from unilab.tasks.g1_motion_tracking.config import G1MotionTrackingConfig
@@ -38,7 +43,7 @@ def _unique(names) -> list[str]:
 
 class G1MotionTrackingEnv(TaskEnv):
     def __init__(self, cfg: G1MotionTrackingConfig, sim_cfg, device: str = "cpu", seed: int = 0):
-        model = g1.build_g1_model()
+        model = g1.build_g1_model(self_collisions=cfg.self_collisions)
         # Bodies: the tracked ones first, then anchor / root / end effectors if not among them.
         free = np.flatnonzero(model.jnt_type == mujoco.mjtJoint.mjJNT_FREE)
         root = model.body(model.jnt_bodyid[free[0]]).name
@@ -50,6 +55,8 @@ class G1MotionTrackingEnv(TaskEnv):
 
         super().__init__(cfg, sim_cfg, model, device, seed)
         self.reward_weights = dataclasses.asdict(cfg.rewards.weights)
+        if not cfg.self_collisions:
+            self.reward_weights["self_collision"] = 0.0  # no self contacts, no sensor to read
         dev = self.device
         actuated = tuple(model.joint(j).name for j in model.actuator_trnid[:, 0])
         if actuated != tuple(g1.G1_JOINT_NAMES):
@@ -82,7 +89,51 @@ class G1MotionTrackingEnv(TaskEnv):
         self.episode_limit = torch.full((n,), self._timeout_steps, dtype=torch.long, device=dev)
         self._forced_start: Optional[tuple[torch.Tensor, torch.Tensor]] = None
         self._metrics: dict[str, torch.Tensor] = {}
+        self._action_span = self._per_joint_spans(cfg)
+        self._init_randomization(model)
         self._finish_init()
+
+    # ------------------------------------------------------ robustness setup
+    def _per_joint_spans(self, cfg: G1MotionTrackingConfig) -> torch.Tensor:
+        """(nu,) rad an action of +-1 moves each joint target from the stand pose."""
+        if cfg.action_scale == "per_joint":
+            return cfg.per_joint_gain * self.per_joint_scale()
+        return torch.full_like(self.default_joint_pos, float(cfg.action_scale))
+
+    def per_joint_scale(self) -> torch.Tensor:
+        """(nu,) the anchor tracker's action scale 0.25 * effort_limit / kp, from the model's actuators."""
+        m = self.mj_model
+        effort = m.actuator_forcerange[:, 1]
+        return torch.as_tensor(0.25 * effort / m.actuator_gainprm[:, 0], dtype=torch.float32, device=self.device)
+
+    def _init_randomization(self, model: mujoco.MjModel) -> None:
+        """Per-world model fields and push schedule; before the first step (graphs hold field addresses)."""
+        rnd, dev = self.cfg.randomization, self.device
+        self.push_time_left = torch.full((self.num_envs,), math.inf, device=dev)
+        self._push_half_widths = torch.as_tensor(rnd.push_max_vel, dtype=torch.float32, device=dev)
+        self._geom_friction = dr.per_world_friction(self) if rnd.friction_range is not None else None
+        self.com_offsets: Optional[dr.ComOffsets] = None
+        if rnd.com_offset is not None:
+            self.com_offsets = dr.ComOffsets(self, [model.body(b).id for b in rnd.com_bodies], rnd.com_offset)
+        self._self_collision_adr = None
+        if self.cfg.self_collisions:
+            self._self_collision_adr = int(model.sensor_adr[model.sensor(g1.G1_SELF_COLLISION_SENSOR).id])
+
+    def _reset_randomization(self, mask: torch.Tensor) -> None:
+        rnd = self.cfg.randomization
+        if self._geom_friction is not None:
+            dr.resample_friction(self, self._geom_friction, mask, rnd.friction_range)
+        if self.com_offsets is not None:
+            self.com_offsets.resample(mask)
+        if rnd.push_interval_s is not None:
+            next_push = dr.push_intervals(self, rnd.push_interval_s)
+            self.push_time_left.copy_(torch.where(mask, next_push, self.push_time_left))
+
+    def action_spans(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._action_span, self._action_span
+
+    def _apply_actions(self) -> None:
+        self.backend.ctrl.copy_(self.default_joint_pos + self._action_span * self.actions)
 
     def _load_motion_tensors(self, motion: MotionLibrary) -> None:
         """Every clip's frames concatenated into the `ref_*_all` tensors; the clips apart by offset/length."""
@@ -152,6 +203,9 @@ class G1MotionTrackingEnv(TaskEnv):
         return torch.minimum(self.motion_start + torch.round(steps).long(), self.motion_end)
 
     def _post_physics_step(self) -> None:
+        rnd = self.cfg.randomization
+        if rnd.push_interval_s is not None:  # before forward(): body velocities then include the kick
+            dr.tick_pushes(self, self.push_time_left, rnd.push_interval_s, self._push_half_widths)
         self.backend.forward()  # body poses/velocities of the state after the step, not of its last substep
         self.motion_frame = self._frame_index()
         self._update_tracking()
@@ -191,6 +245,7 @@ class G1MotionTrackingEnv(TaskEnv):
         self.episode_limit = torch.where(mask, limit, self.episode_limit)
         self.motion_frame = self._frame_index()
 
+        self._reset_randomization(mask)  # the CoM offsets first: the reset's forward() then uses them
         qpos, qvel = self._reference_state(self.motion_frame)
         self._write_state(mask, qpos, qvel)
         self._update_tracking()
@@ -308,6 +363,10 @@ class G1MotionTrackingEnv(TaskEnv):
     def _reward_joint_limit(self) -> torch.Tensor:
         return rk.out_of_limits(self.joint_pos, self.soft_lower, self.soft_upper)
 
+    def _reward_self_collision(self) -> torch.Tensor:
+        """Number of contacts between two robot geoms (at the last substep)."""
+        return self.backend.sensordata[:, self._self_collision_adr]
+
     # --------------------------------------------------------- observations
     _POLICY_TERM_NAMES = ("ref_joint_pos", "ref_joint_vel", "anchor_pos_b", "anchor_ori_b", "base_lin_vel_b",
                           "base_ang_vel_b", "joint_pos_rel", "joint_vel", "last_action")
@@ -330,18 +389,27 @@ class G1MotionTrackingEnv(TaskEnv):
         ]
 
     def _compute_obs(self) -> torch.Tensor:
-        return torch.cat(self._policy_terms(), dim=-1)
+        return self._noisy_obs(self._policy_terms())
+
+    def _noisy_obs(self, terms: list[torch.Tensor]) -> torch.Tensor:
+        """The policy's copy of the terms, with uniform noise on the measured ones (not the reference
+        terms, not the last action)."""
+        o = self.cfg.observations
+        widths = (0.0, 0.0, o.anchor_pos_noise, o.anchor_ori_noise, o.lin_vel_noise, o.ang_vel_noise,
+                  o.joint_pos_noise, o.joint_vel_noise)
+        return torch.cat(dr.add_noise(self, terms, widths, o.noise_scale), dim=-1)
 
     def policy_obs_layout(self) -> list[tuple[str, int, float]]:
         return [(n, int(t.shape[-1]), 1.0) for n, t in zip(self._POLICY_TERM_NAMES, self._policy_terms(), strict=True)]
 
     def _compute_critic_obs(self) -> torch.Tensor:
-        """Policy obs plus the tracked bodies' positions and orientations (6D) in the robot anchor frame."""
-        return torch.cat((self._compute_obs(), self._privileged_obs()), dim=-1)
+        """Noise-free policy terms plus the tracked bodies' positions and orientations (6D) in the robot
+        anchor frame."""
+        return torch.cat((*self._policy_terms(), self._privileged_obs()), dim=-1)
 
     def _compute_observations(self) -> tuple[torch.Tensor, torch.Tensor]:
-        obs = self._compute_obs()  # no observation noise: the critic's copy is the same tensor's values
-        return obs, torch.cat((obs, self._privileged_obs()), dim=-1)
+        terms = self._policy_terms()
+        return self._noisy_obs(terms), torch.cat((*terms, self._privileged_obs()), dim=-1)
 
     def _privileged_obs(self) -> torch.Tensor:
         k, a = self.num_tracked, self._anchor

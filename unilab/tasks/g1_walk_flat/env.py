@@ -15,6 +15,7 @@ import torch
 
 from unilab.assets import g1
 from unilab.tasks.common import math as qm
+from unilab.tasks.common import randomization as dr
 from unilab.tasks.common import rewards as rk
 from unilab.tasks.common.base import TaskEnv
 from unilab.tasks.g1_walk_flat.config import G1WalkFlatConfig
@@ -60,7 +61,8 @@ class G1WalkFlatEnv(TaskEnv):
 
         rnd = cfg.randomization
         self.push_time_left = torch.full((n,), math.inf, device=dev, dtype=f32)
-        self._geom_friction = self._per_world_friction() if rnd.friction_range is not None else None
+        self._push_half_widths = torch.full((2,), float(rnd.push_max_vel_xy), device=dev)  # planar kicks only
+        self._geom_friction = dr.per_world_friction(self) if rnd.friction_range is not None else None
         self._finish_init()
         if rnd.stagger_first_episode:
             self.episode_length.copy_(torch.randint(0, self.max_episode_length, (n,), device=dev,
@@ -131,11 +133,9 @@ class G1WalkFlatEnv(TaskEnv):
 
         self.command_time_left -= self.dt
         self._resample_commands(self.command_time_left <= 0.0)
-        if self.cfg.randomization.push_interval_s is not None:
-            self.push_time_left -= self.dt
-            due = self.push_time_left <= 0.0
-            self._push(due)
-            self.push_time_left.copy_(torch.where(due, self._push_interval(), self.push_time_left))
+        rnd = self.cfg.randomization
+        if rnd.push_interval_s is not None:
+            dr.tick_pushes(self, self.push_time_left, rnd.push_interval_s, self._push_half_widths)
 
     def _resample_commands(self, mask: torch.Tensor) -> None:
         c = self.cfg.commands
@@ -162,27 +162,7 @@ class G1WalkFlatEnv(TaskEnv):
 
     def _push(self, due: torch.Tensor) -> None:
         """Kick the bases of the envs where ``due`` is set (a device mask: no host branch)."""
-        v = self.cfg.randomization.push_max_vel_xy
-        kick = self._rand(self.num_envs, 2, low=-v, high=v) * due[:, None]
-        self.qvel[:, self.root_dof_adr:self.root_dof_adr + 2] += kick
-
-    def _push_interval(self) -> torch.Tensor:
-        low, high = self.cfg.randomization.push_interval_s
-        return self._rand(self.num_envs, low=low, high=high)
-
-    def _per_world_friction(self) -> torch.Tensor:
-        """Give every world its own geom friction table; returns its (N, ngeom, 3) torch view.
-
-        Contacts use the larger friction of the two geoms, so reset writes the sampled
-        sliding friction into every geom of a world. Must run before the first physics step
-        (the CUDA graph captures the array's address).
-        """
-        import warp as wp
-
-        model = self.backend.model
-        table = np.repeat(model.geom_friction.numpy()[:1], self.num_envs, axis=0)
-        model.geom_friction = wp.array(table, dtype=wp.vec3, device=self.backend.wp_device)
-        return wp.to_torch(model.geom_friction)
+        dr.push_root(self, due, self._push_half_widths)
 
     # --------------------------------------------------------------- reset
     def _reset_state(self, mask: torch.Tensor) -> None:
@@ -198,12 +178,12 @@ class G1WalkFlatEnv(TaskEnv):
         self._write_state(mask, qpos, qvel)
 
         if self._geom_friction is not None:
-            mu = self._rand(n, low=rnd.friction_range[0], high=rnd.friction_range[1])
-            self._geom_friction[..., 0] = torch.where(mask[:, None], mu[:, None], self._geom_friction[..., 0])
+            dr.resample_friction(self, self._geom_friction, mask, rnd.friction_range)
 
         self._resample_commands(mask)
         if rnd.push_interval_s is not None:
-            self.push_time_left.copy_(torch.where(mask, self._push_interval(), self.push_time_left))
+            next_push = dr.push_intervals(self, rnd.push_interval_s)
+            self.push_time_left.copy_(torch.where(mask, next_push, self.push_time_left))
         m1, m2 = mask[:, None], mask[:, None, None]
         self.foot_contact.copy_(torch.where(m1, True, self.foot_contact))
         self.foot_vel.masked_fill_(m2, 0.0)
@@ -251,12 +231,9 @@ class G1WalkFlatEnv(TaskEnv):
         return [(n, int(t.shape[-1]), float(s)) for n, t, s in zip(names, self._policy_terms(), scales, strict=True)]
 
     def _compute_obs(self) -> torch.Tensor:
-        terms = self._policy_terms()
         o = self.cfg.observations
-        if o.noise_scale > 0.0:
-            widths = (o.ang_vel_noise, o.gravity_noise, o.joint_pos_noise, o.joint_vel_noise)
-            for i, w in enumerate(widths):
-                terms[i] = terms[i] + self._noise_like(terms[i], w * o.noise_scale)
+        widths = (o.ang_vel_noise, o.gravity_noise, o.joint_pos_noise, o.joint_vel_noise)
+        terms = dr.add_noise(self, self._policy_terms(), widths, o.noise_scale)
         return _sanitize(torch.cat(terms, dim=1), o.clip)
 
     def _compute_critic_obs(self) -> torch.Tensor:
