@@ -127,15 +127,17 @@ def overall(rows: list[dict]) -> dict:
 
 
 def format_suite(suite: str, result: dict) -> list[str]:
+    width = max([len("clip"), len("mean")] + [len(r["clip"]) for r in result["per_clip"]])  # whole names
+
     def num(x, fmt):
         return "-" if x is None else fmt.format(x)
 
     def line(name, r):
-        return (f"  {name:<24} {100 * r['completion']:>9.1f}% {num(r['body_pos_error_mm'], '{:.1f}'):>12} "
+        return (f"  {name:<{width}} {100 * r['completion']:>9.1f}% {num(r['body_pos_error_mm'], '{:.1f}'):>12} "
                 f"{num(r['joint_pos_error_rad'], '{:.3f}'):>13} {num(r['anchor_ori_error_rad'], '{:.3f}'):>14} "
                 f"{100 * (r['fall_fraction'] or 0):>5.1f}%")
 
-    lines = [f"\n[{suite}]  clip                 completion  body pos mm  joint pos rad  anchor ori rad  falls"]
-    lines += [line(r["clip"][:24], r) for r in result["per_clip"]]
+    lines = [f"\n[{suite}]", f"  {'clip':<{width}} completion  body pos mm  joint pos rad  anchor ori rad  falls"]
+    lines += [line(r["clip"], r) for r in result["per_clip"]]
     lines.append(line("mean", result["overall"]))
     return lines
