@@ -160,10 +160,12 @@ def test_collector_exception_stops_the_learner(tmp_path):
     assert "SimOverflowError" in s["traceback"]
     assert time.monotonic() - start < 300
     # the console names the cause: the exception's last line, with its fix, under the run's status line
-    last = done.stderr.strip().splitlines()[-3:]
+    last = done.stderr.strip().splitlines()[-4:]
     assert last[0].startswith("unilab: run failed: the collector raised an exception"), done.stderr[-2000:]
     assert last[1].strip().startswith("unilab.sim.mjwarp_backend.SimOverflowError: MJWarp capacity overflow")
     assert "raise sim.nconmax / sim.njmax" in last[1] and last[2].strip().endswith("run_summary.json")
+    assert last[3].strip().endswith("logs/collector.stderr")
+    assert "Traceback" not in done.stderr  # the traceback is in run_summary.json, not on the console
 
 
 def test_learner_exception_ends_the_collector(tmp_path):
@@ -250,6 +252,28 @@ def test_children_exit_when_the_launcher_dies(tmp_path):
         assert not pid_alive(rank["learner_pid"]) and not pid_alive(rank["collector_pid"])
     finally:
         proc.kill()
+
+
+@pytest.mark.parametrize("victim", ["learner", "collector"])
+def test_a_killed_child_ends_the_run_within_3_s(tmp_path, victim):
+    """kill -9 of one child: the launcher names it and stops the other within DEAD_CHILD_GRACE_S, not after the
+    grace period of an orderly stop (STOP_GRACE_S: the survivor may be stuck on the dead one's work)."""
+    proc = _start(tmp_path)
+    try:
+        run = _wait_for_metrics(tmp_path, proc)
+        rank = json.loads((run / "runtime_manifest.json").read_text())["ranks"][0]
+        killed = time.monotonic()
+        os.kill(rank[f"{victim}_pid"], signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - killed
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err[-4000:]
+    assert took < 3.0, f"the launcher exited {took:.1f} s after the kill"
+    s = summary(run)
+    assert s["status"] == "failed" and s["failed_role"] == victim
+    assert s["cause"] == f"{victim}_died: the {victim} was killed by SIGKILL (exit code -9)", s["cause"]
+    assert f"unilab: run failed: {victim}_died" in err and "Traceback" not in err
 
 
 @pytest.fixture
@@ -395,7 +419,7 @@ def test_a_learner_killed_in_teardown_after_its_summary_does_not_fail_the_run(re
         assert sup.status == "completed" and sup.learner_summary["iterations"] == 5
         assert any("learner[0]" in note and "-9" in note for note in sup.notes)
     else:
-        assert sup.status == "failed" and sup.cause == "the learner[0] exited with code -9"
+        assert sup.status == "failed" and sup.cause == "learner_died: the learner[0] was killed by SIGKILL (exit code -9)"
 
 
 def test_a_run_directory_removed_mid_run_is_named(tmp_path):
