@@ -81,6 +81,26 @@ def test_fastsac_walk_flat_trains_end_to_end(finished_run):
     assert not pid_alive(rank["learner_pid"]) and not pid_alive(rank["collector_pid"])
 
 
+def test_the_console_names_each_phase_in_order(finished_run):
+    _, run, done = finished_run
+    lines = done.stderr.splitlines()
+
+    def at(needle: str) -> int:
+        return next(i for i, line in enumerate(lines) if needle in line)
+
+    order = [at("collector: building the worlds (16 envs of g1_walk_flat)"), at("collector: worlds built in"),
+             at("learner: built in"), at("training: 20 iterations of 16 envs"), at("filling the replay"),
+             at("first update: compiling the losses"), at("unilab: [it 20/20]"), at("unilab: run completed"),
+             at("playing the trained policy"), at("unilab: play:")]
+    assert order == sorted(order), done.stderr
+    last = lines[at("unilab: [it 20/20]")]
+    assert "elapsed, ETA" in last and "env steps" in last and "env-steps/s" in last
+    assert "episodes)" in last or "(none yet)" in last
+    # Warp's no-driver warning: the training children's goes to their logs; only play prints one
+    assert done.stderr.count("Could not find or load the NVIDIA CUDA driver") <= 1
+    assert "Could not find" in (run / "logs" / "collector.stderr").read_text()
+
+
 def test_play_after_a_completed_run(finished_run):
     """training.no_play=false: the trained policy plays from a fresh reset; play.json and the summary say how."""
     from unilab.cli.tools import main as tools_main
