@@ -350,6 +350,11 @@ def test_two_ranks_on_cpu_stay_in_sync(tmp_path):
     assert any(r["critic_loss"] is not None for r in read_metrics(run / "rank_1"))
     dp = s["data_parallel"]
     assert dp["world_size"] == 2 and dp["actor_params_equal"] is True, dp
+    # each rank's console lines carry its rank; each child has its own log
+    for rank in (0, 1):
+        assert f"unilab: [rank {rank}] [it 14/14]" in done.stderr and f"unilab: [rank {rank}] learner: built" in done.stderr
+    assert {p.name for p in (run / "logs").iterdir()} == {"learner.stderr", "collector.stderr",
+                                                         "learner_rank1.stderr", "collector_rank1.stderr"}
 
 
 def test_mps_thread_percentage_and_priority_per_role(tmp_path, mps_on_cpu_children, daemon):
