@@ -179,6 +179,14 @@ def test_an_mps_error_in_a_traceback_is_the_server_fault():
     assert sup.cause == "the collector raised an exception" and not sup.fix
 
 
+def test_an_exception_after_a_peer_was_killed_names_the_kill():
+    tb = "Traceback (most recent call last):\n  ...\nRuntimeError: CUDA error: invalid resource handle\n"
+    sup = _supervise({"learner": _Proc(-9), "collector": _Proc(1)}, messages=[Failed("collector", tb)])
+    assert sup.cause == "learner_died: the learner was killed by SIGKILL (exit code -9)"
+    assert sup.failed_role == "learner"
+    assert sup.notes == ["the collector then raised: RuntimeError: CUDA error: invalid resource handle"]
+
+
 def test_the_console_names_the_fault_its_fix_and_the_log(tmp_path):
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "collector.stderr").write_text("terminate called after ... (pages of C++ frames)\n")

@@ -183,10 +183,17 @@ class Supervisor:
             self._on_ready(msg)
         elif isinstance(msg, Failed):
             self._check_run_dir()  # a child that failed on a removed run directory: that is the cause
+            killed = [n for n, p in self.procs.items()
+                      if n != msg.name and (p.exitcode or 0) < 0 and n not in self.finished]
             if self._mps_server_failed(msg.traceback):
                 self.fail("failed", f"{MPS_SERVER_FAULT}: the {msg.name} lost its MPS server (CUDA MPS error)",
                           msg.name, msg.traceback)
                 self._kill_survivors_soon()  # nothing on that GPU can be saved any more
+            elif killed and self.status is None:
+                # a peer killed first: the exception is its consequence (e.g. a CUDA IPC error), not the cause
+                self.notes.append(f"the {msg.name} then raised: {_last_line(msg.traceback)}")
+                self.fail("failed", self._death_cause(killed[0]), killed[0], msg.traceback)
+                self._kill_survivors_soon()
             else:
                 self.fail("failed", f"the {msg.name} raised an exception", msg.name, msg.traceback)
         elif isinstance(msg, Finished):
@@ -275,3 +282,8 @@ class Supervisor:
             if p.is_alive():
                 p.kill()
                 p.join(timeout=5)
+
+
+def _last_line(text: str | None) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
