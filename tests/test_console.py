@@ -30,7 +30,7 @@ class Clock:
 
 
 def progress(done: int, *, rank: int = 0, episodes: int = 0, ret=None, length=None) -> Progress:
-    return Progress(f"learner[{rank}]", rank, 2, done, 1000, done * 4096, 123456.0, ret, length, episodes, 5000)
+    return Progress(f"learner[{rank}]", rank, done, 1000, done * 4096, 123456.0, ret, length, episodes, 5000)
 
 
 def test_progress_line_has_elapsed_eta_steps_and_rolling_episodes():

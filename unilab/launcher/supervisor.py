@@ -185,7 +185,7 @@ class Supervisor:
             self._check_run_dir()  # a child that failed on a removed run directory: that is the cause
             killed = [n for n, p in self.procs.items()
                       if n != msg.name and (p.exitcode or 0) < 0 and n not in self.finished]
-            if self._mps_server_failed(msg.traceback):
+            if self.cause is None and self._mps_server_failed(msg.traceback):
                 self.fail("failed", f"{MPS_SERVER_FAULT}: the {msg.name} lost its MPS server (CUDA MPS error)",
                           msg.name, msg.traceback)
                 self._kill_survivors_soon()  # nothing on that GPU can be saved any more

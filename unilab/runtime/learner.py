@@ -352,7 +352,7 @@ class LearnerLoop:
         self._last_progress = now
         ret, length = self.rolling.means()
         self.to_launcher.put(Progress(
-            self.spec.name("learner"), self.spec.rank, self.spec.world_size, done, self.max_iterations,
+            self.spec.name("learner"), self.spec.rank, done, self.max_iterations,
             int(row["env_steps"]), self._last_sps, ret, length, self.rolling.count(), int(row.get("replay_size") or 0)))
 
     def _log_oldest(self, timeout: float) -> None:

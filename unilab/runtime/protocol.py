@@ -68,7 +68,6 @@ class Progress:
 
     name: str
     rank: int
-    world_size: int
     iterations_done: int
     max_iterations: int
     env_steps: int
