@@ -379,6 +379,53 @@ def test_mps_thread_percentage_and_priority_per_role(tmp_path, mps_on_cpu_childr
     assert any("CUDA_MPS_CLIENT_PRIORITY=1 for the collector" in note for note in sharing["notes"])
 
 
+def test_a_dead_mps_server_is_named_with_its_fix(tmp_path, capsys, mps_on_cpu_children, daemon, mps_env):
+    """The MPS server the children were verified against dies mid-run and the learner aborts (as on an H200 after
+    kill -9 of the server): cause mps_server_fault, the fix, the log path; no dump on the console."""
+    import threading
+
+    from unilab.cli.train import main as train_main
+
+    server = subprocess.Popen(["sleep", "600"])  # stands for nvidia-cuda-mps-server
+    daemon.servers[server.pid] = []
+    daemon.clients_from_proc = True
+    done = threading.Event()
+
+    def fault():
+        runs = []
+        while not done.is_set() and not (runs and len(read_metrics(runs[0])) >= 3):
+            runs = [p for p in tmp_path.iterdir() if p.is_dir()]
+            time.sleep(0.2)
+        if done.is_set():
+            return
+        rank = json.loads((runs[0] / "runtime_manifest.json").read_text())["ranks"][0]
+        assert rank["cuda_process_sharing"]["server_pid"] == server.pid
+        server.kill()
+        server.wait()
+        os.kill(rank["learner_pid"], signal.SIGABRT)
+
+    thread = threading.Thread(target=fault, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(SystemExit) as info:
+            train_main([*SMOKE, f"training.log_dir={tmp_path}", "+execution=mps", "algo.max_iterations=100000"])
+    finally:
+        done.set()
+        server.kill()
+    assert info.value.code == 1
+    s = summary(only_run(tmp_path))
+    assert s["status"] == "failed" and s["failed_role"] == "learner"
+    assert s["cause"] == ("mps_server_fault: the MPS server of this run's daemon is gone; the learner was killed by "
+                          "SIGABRT (exit code -6)")
+    log_dir = mps_env["CUDA_MPS_LOG_DIRECTORY"]
+    assert any(f"{log_dir}/server.log" in line for line in s["fix"]), s["fix"]
+    err = capsys.readouterr().err
+    assert "unilab: run failed: mps_server_fault" in err and "unilab mps start" in err and "unilab mps doctor" in err
+    assert f"the learner's full log: {only_run(tmp_path) / 'logs' / 'learner.stderr'}" in err
+    assert "Fatal Python error: Aborted" not in err  # the abort's dump went to the learner's log
+    assert "Fatal Python error: Aborted" in (only_run(tmp_path) / "logs" / "learner.stderr").read_text()
+
+
 def test_null_mode_records_ambient_mps(tmp_path, fake_host, daemon):
     """No mode requested, but a daemon is reachable and the children are its clients: the manifest says so."""
     from unilab.cli.train import main as train_main
