@@ -29,6 +29,14 @@
 #                                       a learning run, detached (setsid nohup): K segments of S s each, ended by
 #                                       SIGTERM through timeout and joined by training.resume, then `unilab plot`;
 #                                       call it once per run to put several side by side under one daemon
+#   soak --algo A --task T --envs N --seconds S [--execution mps] [--gpu G] [--name X] [--interval 60] [--warmup 120]
+#                                       a run of S seconds (then SIGINT) sampled by benchmarks/soak_sample.py every
+#                                       --interval s (RSS, GPU memory per process), then its --report (growth <= 2 %);
+#                                       longer than a device command: start it with `bg`, then `wait`
+#   faults --algo A --task T --envs N [--gpu G]
+#                                       under GPU G's daemon (mps-start first): kill -9 of the learner mid-run, then
+#                                       kill -9 of the MPS server mid-run; for each the time from the kill to the
+#                                       launcher's exit, its exit status and the run's cause
 #   bg NAME SUBCOMMAND ...              any subcommand detached (setsid nohup), log DIR/NAME.log
 #   wait [SECONDS]  (= learn --wait S)  follow the detached jobs until they end or SECONDS pass (default 500)
 #   collect                             DIR and the run folders (no checkpoints) -> $OUT/session.tgz
@@ -101,7 +109,7 @@ use_gpu() {  # G: no MPS, CUDA's device 0 = GPU G (nvidia-smi's index)
 
 # ---- options ------------------------------------------------------------------------------------------
 ALGO="" TASK="" ENVS="" GPU=0 GPUS="0,1" SEEDS="" SEED="" THRESHOLD=10 ARMS="default,mps" NAME="" SECONDS_=""
-SEGMENTS=1 EXECUTION=mps KEYS="" ITERS=200 DEVICES="" RAW=0 FOREGROUND=0 WAIT="" OVERRIDES=()
+SEGMENTS=1 EXECUTION=mps KEYS="" ITERS=200 DEVICES="" RAW=0 FOREGROUND=0 WAIT="" OVERRIDES=() INTERVAL=60 WARMUP=120
 parse() {  # the options of gate, ab, side-by-side, learn, mps-*
   while [ $# -gt 0 ]; do
     case $1 in
@@ -120,6 +128,8 @@ parse() {  # the options of gate, ab, side-by-side, learn, mps-*
       --execution) EXECUTION=$2; shift ;;
       --keys) KEYS=$2; shift ;;
       --iters) ITERS=$2; shift ;;
+      --interval) INTERVAL=$2; shift ;;
+      --warmup) WARMUP=$2; shift ;;
       --devices) DEVICES=$2; shift ;;
       --raw) RAW=1 ;;
       --foreground) FOREGROUND=1 ;;
@@ -351,6 +361,75 @@ cmd_learn() {
   run "${UNILAB_CMD[@]}" plot "$dir/$NAME" --out "$S/learn_$NAME.png" --metric ${KEYS:-$(default_keys "$TASK")}
 }
 
+cmd_soak() {
+  need ALGO TASK ENVS SECONDS_
+  local name=${NAME:-soak_${ALGO}_${TASK}_${ENVS}} dir=/tmp/soak
+  local args=(--algo "$ALGO" --task "$TASK" training.device=cuda:0 task.num_envs="$ENVS" algo.max_iterations=10000000
+              training.log_dir=$dir training.run_name="$name" +execution="$EXECUTION" "${OVERRIDES[@]}")
+  [ "$EXECUTION" = mps ] && require_daemon "$GPU"
+  note_dir "$dir/$name"
+  log "soak $name: $ALGO $TASK, $ENVS envs, $EXECUTION, GPU $GPU, $SECONDS_ s, a sample every $INTERVAL s"
+  run rm -rf "$dir/$name"
+  (if [ "$EXECUTION" = mps ]; then use_daemon "$GPU"; else use_gpu "$GPU"; fi
+   if [ "$DRY" = 1 ]; then
+     echo "$(q timeout -s INT "$SECONDS_" "${TRAIN_CMD[@]}" "${args[@]}") > $(q "$S/$name.log") 2>&1 &"
+     echo "# once $dir/$name/run.lock exists:"
+   else
+     timeout -s INT "$SECONDS_" "${TRAIN_CMD[@]}" "${args[@]}" > "$S/$name.log" 2>&1 &
+     until [ -f "$dir/$name/run.lock" ] || ! kill -0 $! 2> /dev/null; do sleep 1; done
+   fi
+   run "$PYTHON" benchmarks/soak_sample.py "$dir/$name" --out "$S/$name.jsonl" --interval "$INTERVAL"
+   [ "$DRY" = 1 ] || wait)
+  [ "$DRY" = 1 ] || tail -3 "$S/$name.log"
+  run "$PYTHON" benchmarks/soak_sample.py --report "$S/$name.jsonl" --warmup "$WARMUP"
+}
+
+fault_run() {  # VICTIM (learner | server): a run under GPU G's daemon, kill -9 of VICTIM once metrics flow
+  local victim=$1 name=faults_$1 dir=/tmp/faults launcher pid t0 rc
+  local args=(--algo "$ALGO" --task "$TASK" training.device=cuda:0 task.num_envs="$ENVS" algo.max_iterations=10000000
+              training.log_dir=$dir training.run_name="$name" +execution=mps "${OVERRIDES[@]}")
+  note_dir "$dir/$name"
+  log "faults: kill -9 of the $victim mid-run ($ALGO $TASK, $ENVS envs, GPU $GPU's daemon)"
+  run rm -rf "$dir/$name"
+  if [ "$DRY" = 1 ]; then
+    use_daemon "$GPU"
+    echo "$(q "${TRAIN_CMD[@]}" "${args[@]}") > $(q "$S/$name.log") 2>&1 &"
+    if [ "$victim" = learner ]; then echo "# after 3 metrics rows: kill -9 <ranks[0].learner_pid of $dir/$name/runtime_manifest.json>"
+    else echo "# after 3 metrics rows: kill -9 <echo get_server_list | nvidia-cuda-mps-control>"; fi
+    echo "# then: the seconds from the kill to the launcher's exit, its exit status, run_summary.json's cause"
+    return 0
+  fi
+  (use_daemon "$GPU"
+   "${TRAIN_CMD[@]}" "${args[@]}" > "$S/$name.log" 2>&1 &
+   launcher=$!
+   until [ "$(cat "$dir/$name/metrics.jsonl" 2> /dev/null | wc -l)" -ge 3 ]; do
+     kill -0 "$launcher" 2> /dev/null || { echo "the run ended before its third metrics row"; tail -20 "$S/$name.log"; exit 1; }
+     sleep 1
+   done
+   if [ "$victim" = learner ]; then
+     pid=$("$PYTHON" -c "import json, sys; print(json.load(open(sys.argv[1]))['ranks'][0]['learner_pid'])" \
+           "$dir/$name/runtime_manifest.json")
+   else
+     pid=$(echo get_server_list | nvidia-cuda-mps-control | head -1)
+   fi
+   t0=$(date +%s.%N)
+   kill -9 "$pid"
+   wait "$launcher"; rc=$?
+   echo "faults $victim: kill -9 of pid $pid; the launcher exited $(awk "BEGIN {printf \"%.1f\", $(date +%s.%N) - $t0}") s later, rc=$rc"
+   "$PYTHON" -c "import json, sys; s = json.load(open(sys.argv[1])); print('cause:', s['cause']); print('fix:', s.get('fix'))" \
+     "$dir/$name/run_summary.json"
+   echo "console (last lines):"; tail -8 "$S/$name.log")
+}
+
+cmd_faults() {
+  need ALGO TASK ENVS
+  require_daemon "$GPU"
+  fault_run learner
+  fault_run server
+  log "the daemon after its server was killed (a new client starts a new server)"
+  run "${UNILAB_CMD[@]}" mps status --gpu "$GPU"
+}
+
 detach() {  # NAME CMD...: run CMD in its own session, immune to the end of this command; DIR/NAME.log, DIR/jobs/NAME.rc
   local name=$1; shift
   if [ "$DRY" = 1 ]; then echo "setsid nohup $(q "$@") > $(q "$S/$name.log") 2>&1 < /dev/null &  # detached; then: wait"; return; fi
@@ -406,6 +485,8 @@ case $SUB in
   alone) cmd_alone "$@" ;;
   side-by-side) parse "$@"; cmd_side_by_side ;;
   learn) parse "$@"; cmd_learn ;;
+  soak) parse "$@"; cmd_soak ;;
+  faults) parse "$@"; cmd_faults ;;
   bg) [ $# -ge 2 ] || die "bg NAME SUBCOMMAND ..."; name=$1; shift
       detach "$name" bash "$ME" --out "$S" "$@"
       if [ "$DRY" = 1 ]; then exec bash "$ME" --dry-run --out "$S" "$@"; fi ;;

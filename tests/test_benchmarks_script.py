@@ -111,6 +111,37 @@ def test_learn_wait_and_bg():
     assert any(line.startswith("train -m +execution=default,mps ") for line in lines)
 
 
+def test_soak_expansion():
+    lines = dry("soak", "--algo", "fastsac", "--task", "g1_walk_flat", "--envs", "4096", "--seconds", "3600",
+                "--interval", "30", "--warmup", "300", "--", "sim.task_cuda_graph=false")
+    assert 'eval "$(unilab mps env --gpu 0)"' in lines
+    run = "/tmp/soak/soak_fastsac_g1_walk_flat_4096"
+    assert commands(lines) == [
+        f"rm -rf {run}",
+        "timeout -s INT 3600 train --algo fastsac --task g1_walk_flat training.device=cuda:0 task.num_envs=4096 "
+        "algo.max_iterations=10000000 training.log_dir=/tmp/soak training.run_name=soak_fastsac_g1_walk_flat_4096 "
+        "+execution=mps sim.task_cuda_graph=false",
+        f"python3 benchmarks/soak_sample.py {run} --out /tmp/session/soak_fastsac_g1_walk_flat_4096.jsonl "
+        "--interval 30",
+        "python3 benchmarks/soak_sample.py --report /tmp/session/soak_fastsac_g1_walk_flat_4096.jsonl --warmup 300",
+    ]
+    plain = dry("soak", "--algo", "fastsac", "--task", "g1_walk_flat", "--envs", "64", "--seconds", "60",
+                "--execution", "default", "--name", "s1", "--gpu", "1")
+    assert "export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=1" in plain
+    assert any("+execution=default" in line and "training.run_name=s1" in line for line in plain)
+
+
+def test_faults_expansion():
+    lines = dry("faults", "--algo", "fastsac", "--task", "g1_walk_flat", "--envs", "1024", "--gpu", "1")
+    assert lines.count('eval "$(unilab mps env --gpu 1)"') == 2
+    trains = [line for line in lines if line.startswith("train ")]
+    assert [t.split("training.run_name=")[1].split()[0] for t in trains] == ["faults_learner", "faults_server"]
+    assert all("+execution=mps" in t and t.endswith("2>&1 &") for t in trains)
+    kills = [line for line in lines if line.startswith("# after 3 metrics rows: kill -9")]
+    assert "learner_pid" in kills[0] and "get_server_list" in kills[1]
+    assert commands(lines)[-1] == "unilab mps status --gpu 1"
+
+
 def test_missing_option_is_an_error():
     out = subprocess.run(["bash", str(SCRIPT), "--dry-run", "gate", "--algo", "fastsac"], capture_output=True,
                          text=True, cwd=ROOT)

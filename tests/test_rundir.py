@@ -186,7 +186,7 @@ def test_the_summary_holds_the_mean_env_steps_per_s(tmp_path):
             {"iteration": 3, "env_steps_per_s": None}]
     (tmp_path / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"iteration": 4, "env')
     supervisor = SimpleNamespace(cause=None, interrupted_by=None, learner_summary={"iterations": 4}, status="completed",
-                                 failed_role=None, traceback=None, procs={}, notes=[])
+                                 failed_role=None, traceback=None, procs={}, notes=[], fix=[])
     summary = _summary(supervisor, 0.0, tmp_path)
     assert summary.mean_env_steps_per_s == 1500.0
     summary.write(tmp_path)

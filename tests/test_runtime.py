@@ -81,6 +81,26 @@ def test_fastsac_walk_flat_trains_end_to_end(finished_run):
     assert not pid_alive(rank["learner_pid"]) and not pid_alive(rank["collector_pid"])
 
 
+def test_the_console_names_each_phase_in_order(finished_run):
+    _, run, done = finished_run
+    lines = done.stderr.splitlines()
+
+    def at(needle: str) -> int:
+        return next(i for i, line in enumerate(lines) if needle in line)
+
+    order = [at("collector: building the worlds (16 envs of g1_walk_flat)"), at("collector: worlds built in"),
+             at("learner: built in"), at("training: 20 iterations of 16 envs"), at("filling the replay"),
+             at("first update: compiling the losses"), at("unilab: [it 20/20]"), at("unilab: run completed"),
+             at("playing the trained policy"), at("unilab: play:")]
+    assert order == sorted(order), done.stderr
+    last = lines[at("unilab: [it 20/20]")]
+    assert "elapsed, ETA" in last and "env steps" in last and "env-steps/s" in last
+    assert "episodes)" in last or "(none yet)" in last
+    # Warp's no-driver warning: the training children's goes to their logs; only play prints one
+    assert done.stderr.count("Could not find or load the NVIDIA CUDA driver") <= 1
+    assert "Could not find" in (run / "logs" / "collector.stderr").read_text()
+
+
 def test_play_after_a_completed_run(finished_run):
     """training.no_play=false: the trained policy plays from a fresh reset; play.json and the summary say how."""
     from unilab.cli.tools import main as tools_main
@@ -160,10 +180,12 @@ def test_collector_exception_stops_the_learner(tmp_path):
     assert "SimOverflowError" in s["traceback"]
     assert time.monotonic() - start < 300
     # the console names the cause: the exception's last line, with its fix, under the run's status line
-    last = done.stderr.strip().splitlines()[-3:]
+    last = done.stderr.strip().splitlines()[-4:]
     assert last[0].startswith("unilab: run failed: the collector raised an exception"), done.stderr[-2000:]
     assert last[1].strip().startswith("unilab.sim.mjwarp_backend.SimOverflowError: MJWarp capacity overflow")
     assert "raise sim.nconmax / sim.njmax" in last[1] and last[2].strip().endswith("run_summary.json")
+    assert last[3].strip().endswith("logs/collector.stderr")
+    assert "Traceback" not in done.stderr  # the traceback is in run_summary.json, not on the console
 
 
 def test_learner_exception_ends_the_collector(tmp_path):
@@ -252,6 +274,28 @@ def test_children_exit_when_the_launcher_dies(tmp_path):
         proc.kill()
 
 
+@pytest.mark.parametrize("victim", ["learner", "collector"])
+def test_a_killed_child_ends_the_run_within_3_s(tmp_path, victim):
+    """kill -9 of one child: the launcher names it and stops the other within DEAD_CHILD_GRACE_S, not after the
+    grace period of an orderly stop (STOP_GRACE_S: the survivor may be stuck on the dead one's work)."""
+    proc = _start(tmp_path)
+    try:
+        run = _wait_for_metrics(tmp_path, proc)
+        rank = json.loads((run / "runtime_manifest.json").read_text())["ranks"][0]
+        killed = time.monotonic()
+        os.kill(rank[f"{victim}_pid"], signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - killed
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err[-4000:]
+    assert took < 3.0, f"the launcher exited {took:.1f} s after the kill"
+    s = summary(run)
+    assert s["status"] == "failed" and s["failed_role"] == victim
+    assert s["cause"] == f"{victim}_died: the {victim} was killed by SIGKILL (exit code -9)", s["cause"]
+    assert f"unilab: run failed: {victim}_died" in err and "Traceback" not in err
+
+
 @pytest.fixture
 def mps_on_cpu_children(monkeypatch, mps_env):
     """An MPS run whose children live on this CPU host: the probe is answered as if they were on cuda:0
@@ -306,6 +350,11 @@ def test_two_ranks_on_cpu_stay_in_sync(tmp_path):
     assert any(r["critic_loss"] is not None for r in read_metrics(run / "rank_1"))
     dp = s["data_parallel"]
     assert dp["world_size"] == 2 and dp["actor_params_equal"] is True, dp
+    # each rank's console lines carry its rank; each child has its own log
+    for rank in (0, 1):
+        assert f"unilab: [rank {rank}] [it 14/14]" in done.stderr and f"unilab: [rank {rank}] learner: built" in done.stderr
+    assert {p.name for p in (run / "logs").iterdir()} == {"learner.stderr", "collector.stderr",
+                                                         "learner_rank1.stderr", "collector_rank1.stderr"}
 
 
 def test_mps_thread_percentage_and_priority_per_role(tmp_path, mps_on_cpu_children, daemon):
@@ -328,6 +377,53 @@ def test_mps_thread_percentage_and_priority_per_role(tmp_path, mps_on_cpu_childr
     assert priority == {"learner": None, "collector": "1"}
     assert any("PERCENTAGE=30 for the learner" in note for note in sharing["notes"])
     assert any("CUDA_MPS_CLIENT_PRIORITY=1 for the collector" in note for note in sharing["notes"])
+
+
+def test_a_dead_mps_server_is_named_with_its_fix(tmp_path, capsys, mps_on_cpu_children, daemon, mps_env):
+    """The MPS server the children were verified against dies mid-run and the learner aborts (as on an H200 after
+    kill -9 of the server): cause mps_server_fault, the fix, the log path; no dump on the console."""
+    import threading
+
+    from unilab.cli.train import main as train_main
+
+    server = subprocess.Popen(["sleep", "600"])  # stands for nvidia-cuda-mps-server
+    daemon.servers[server.pid] = []
+    daemon.clients_from_proc = True
+    done = threading.Event()
+
+    def fault():
+        runs = []
+        while not done.is_set() and not (runs and len(read_metrics(runs[0])) >= 3):
+            runs = [p for p in tmp_path.iterdir() if p.is_dir()]
+            time.sleep(0.2)
+        if done.is_set():
+            return
+        rank = json.loads((runs[0] / "runtime_manifest.json").read_text())["ranks"][0]
+        assert rank["cuda_process_sharing"]["server_pid"] == server.pid
+        server.kill()
+        server.wait()
+        os.kill(rank["learner_pid"], signal.SIGABRT)
+
+    thread = threading.Thread(target=fault, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(SystemExit) as info:
+            train_main([*SMOKE, f"training.log_dir={tmp_path}", "+execution=mps", "algo.max_iterations=100000"])
+    finally:
+        done.set()
+        server.kill()
+    assert info.value.code == 1
+    s = summary(only_run(tmp_path))
+    assert s["status"] == "failed" and s["failed_role"] == "learner"
+    assert s["cause"] == ("mps_server_fault: the MPS server of this run's daemon is gone; the learner was killed by "
+                          "SIGABRT (exit code -6)")
+    log_dir = mps_env["CUDA_MPS_LOG_DIRECTORY"]
+    assert any(f"{log_dir}/server.log" in line for line in s["fix"]), s["fix"]
+    err = capsys.readouterr().err
+    assert "unilab: run failed: mps_server_fault" in err and "unilab mps start" in err and "unilab mps doctor" in err
+    assert f"the learner's full log: {only_run(tmp_path) / 'logs' / 'learner.stderr'}" in err
+    assert "Fatal Python error: Aborted" not in err  # the abort's dump went to the learner's log
+    assert "Fatal Python error: Aborted" in (only_run(tmp_path) / "logs" / "learner.stderr").read_text()
 
 
 def test_null_mode_records_ambient_mps(tmp_path, fake_host, daemon):
@@ -395,7 +491,7 @@ def test_a_learner_killed_in_teardown_after_its_summary_does_not_fail_the_run(re
         assert sup.status == "completed" and sup.learner_summary["iterations"] == 5
         assert any("learner[0]" in note and "-9" in note for note in sup.notes)
     else:
-        assert sup.status == "failed" and sup.cause == "the learner[0] exited with code -9"
+        assert sup.status == "failed" and sup.cause == "learner_died: the learner[0] was killed by SIGKILL (exit code -9)"
 
 
 def test_a_run_directory_removed_mid_run_is_named(tmp_path):

@@ -7,6 +7,7 @@ The launching process never imports torch or Warp: the children are fresh interp
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import queue
 import socket
 import sys
@@ -21,9 +22,11 @@ from unilab.mps.record import CudaProcessSharingEvidence
 from unilab.rundir.layout import NO_MPS_PIPE_DIR, SUMMARY_FILE
 from unilab.rundir.manifest import RankEvidence
 from unilab.rundir.summary import RunSummary, mean_env_steps_per_s
+from unilab.runtime.child_log import stderr_log_name
 from unilab.runtime.protocol import Ready
 from unilab.runtime.spec import RoleSpec
 
+from .console import Console
 from .prepare import PreparedRun
 from .supervisor import STOP_GRACE_S, Supervisor
 
@@ -47,8 +50,12 @@ def launch(prepared: PreparedRun, cfg: DictConfig) -> int:
     stop_event, go_event = ctx.Event(), ctx.Event()
     ranks = _create_ranks(prepared, ctx, to_launcher, stop_event, go_event)
     procs = {r.spec.name(role): p for r in ranks for role, p in r.procs.items()}
+    console = Console(world_size=len(ranks))
+    under_mps = ranks[0].evidence.configured == "mps"
     supervisor = Supervisor([r.spec for r in ranks], procs, to_launcher, stop_event, go_event,
-                            verify=lambda ready: _verify(prepared, ranks, ready, cancelled=interrupted))
+                            verify=lambda ready: _verify(prepared, ranks, ready, cancelled=interrupted, console=console),
+                            mps_server_gone=(lambda: mps_server_gone(prepared)) if under_mps else None,
+                            mps_log_dir=mps_log_dir(ranks[0].evidence) if under_mps else None, console=console)
 
     def interrupted() -> bool:
         return supervisor.interrupted_by is not None
@@ -69,6 +76,7 @@ def launch(prepared: PreparedRun, cfg: DictConfig) -> int:
         written = _write_summary(summary, prepared.run_dir)  # before play: the training is on record
         print(summary.console(prepared.run_dir, written), file=sys.stderr)
         if play:
+            console.print("playing the trained policy in a fresh process (it builds its worlds first)")
             summary.play = _play(ctx, prepared, ranks[0], float(training["startup_timeout_s"]),
                                  lambda: supervisor.interrupted_by)
             play_interrupted = "interrupted" in summary.play
@@ -151,6 +159,8 @@ def _summary(supervisor: Supervisor, started: float, run_dir) -> RunSummary:
         mean_env_steps_per_s=mean_env_steps_per_s(run_dir),
         wall_s=round(time.monotonic() - started, 3),
         exit_codes={name: p.exitcode for name, p in s.procs.items()},
+        fix=s.fix,
+        stderr_logs={name: stderr_log_name(name) for name in s.procs},
         final_metrics=s.learner_summary.get("final_metrics") or {},
         data_parallel=s.learner_summary.get("data_parallel"),
         notes=s.notes,
@@ -218,8 +228,26 @@ def _end_play(proc, at_once: bool) -> None:
         proc.join(timeout=5)
 
 
+def mps_server_gone(prepared: PreparedRun) -> bool:
+    """The MPS servers the children were verified against: has any exited? False before verification."""
+    ranks = prepared.manifest.ranks or []
+    pids = [r.cuda_process_sharing.server_pid for r in ranks
+            if r.cuda_process_sharing is not None and r.cuda_process_sharing.server_pid]
+    return any(not os.path.exists(f"/proc/{pid}") for pid in pids)
+
+
+def mps_log_dir(evidence: CudaProcessSharingEvidence) -> str | None:
+    """Where the daemon writes server.log: CUDA_MPS_LOG_DIRECTORY, else `unilab mps start`'s place beside the
+    pipe directory."""
+    if os.environ.get("CUDA_MPS_LOG_DIRECTORY"):
+        return os.environ["CUDA_MPS_LOG_DIRECTORY"]
+    if evidence.pipe_directory:
+        return os.path.join(os.path.dirname(evidence.pipe_directory.rstrip("/")), "log")
+    return None
+
+
 def _verify(prepared: PreparedRun, ranks: list[_Rank], ready: dict[str, Ready],
-            cancelled=None) -> CudaProcessSharingError | None:
+            cancelled=None, console: Console | None = None) -> CudaProcessSharingError | None:
     """Every child has a CUDA context: check the GPU it sees and, under MPS, that it is a client.
     `cancelled()` true (SIGINT/SIGTERM) ends the daemon queries at once; the caller then stops the run."""
     rank_records = []
@@ -237,6 +265,9 @@ def _verify(prepared: PreparedRun, ranks: list[_Rank], ready: dict[str, Ready],
             if error is not None:
                 return error
             record.cuda_process_sharing = evidence
+            if console is not None:
+                console.print(f"MPS clients verified: learner pid {l_pid}, collector pid {c_pid} -> server pid "
+                              f"{evidence.server_pid}", spec.rank if len(ranks) > 1 else None)
         elif evidence.daemon_reachable:
             evidence = _ambient_mps(evidence, {learner: l_pid, collector: c_pid},
                                     blocked=bool(prepared.config["training"].get("block_ambient_mps")),

@@ -6,13 +6,17 @@ The run moves through these states:
   running   until the learners finish, or a fault: a `Failed` message, a child that exits with an
             error, start-up past its timeout, SIGINT/SIGTERM to the launcher
   stopping  the stop event is set; after STOP_GRACE_S the children still alive get SIGTERM (they
-            save and stop), STOP_GRACE_S later SIGKILL (one stuck in native code)
+            save and stop), STOP_GRACE_S later SIGKILL (one stuck in native code). A child that died
+            without reporting (killed, aborted) or a failed MPS server leaves the others DEAD_CHILD_GRACE_S,
+            then SIGKILL: the survivors are often blocked on the dead one's GPU work or stuck in a CUDA
+            teardown that no stop request reaches
   ended     every child has exited; what they had still queued is read
 The first fault names the run's cause; otherwise rank 0's learner summary sets its status.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import queue
 import signal
@@ -21,14 +25,17 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable
 
-from unilab.runtime.protocol import Failed, Finished, Ready
+from unilab.mps.errors import MPS_SERVER_FAULT, mps_server_fault_fix, names_mps_failure
+from unilab.runtime.protocol import Failed, Finished, Phase, Progress, Ready
 
 STOP_GRACE_S = 10.0
+DEAD_CHILD_GRACE_S = 2.0
 
 
 class Supervisor:
     def __init__(self, specs: list, procs: dict[str, Any], inbox, stop_event, go_event,
-                 verify: Callable[[dict[str, Ready]], Any]):
+                 verify: Callable[[dict[str, Ready]], Any], *, mps_server_gone: Callable[[], bool] | None = None,
+                 mps_log_dir: str | None = None, console: Any = None):
         self.specs = specs  # one RoleSpec per rank
         self.procs = procs  # process name -> process
         self.inbox = inbox
@@ -49,6 +56,12 @@ class Supervisor:
         self.terminated = False
         self.finished: set[str] = set()  # learners that delivered their summary
         self.notes: list[str] = []
+        # under MPS: whether the server the children were verified against has exited (None: not under MPS)
+        self.mps_server_gone = mps_server_gone
+        self.mps_log_dir = mps_log_dir
+        self.console = console  # prints the children's Phase and Progress messages (None: dropped)
+        self.fix: list[str] = []  # what the user does about the cause
+        self.kill_at_deadline = False  # a dead child or a failed MPS server: the survivors get SIGKILL at once
 
     # ---------------------------------------------------------------- the loop
 
@@ -87,9 +100,13 @@ class Supervisor:
         dead = [name for name, is_alive in alive.items() if not is_alive]
         if not dead or self.stop_deadline is not None:
             return
+        self._receive_pending()  # a Failed sent just before the exit names the cause, not the exit code
+        if self.stop_deadline is not None:
+            return
         crashed = [n for n in dead if self.procs[n].exitcode not in (0, None) and n not in self.finished]
         if crashed and self.status is None:
-            self.fail("failed", f"the {crashed[0]} exited with code {self.procs[crashed[0]].exitcode}", crashed[0])
+            self.fail("failed", self._death_cause(crashed[0]), crashed[0])
+            self._kill_survivors_soon()
         elif not crashed and all(not alive[n] for n in self.procs if n.startswith("learner")):
             # every learner finished: the collectors were told to stop; give them the grace period
             self.stop_deadline = time.monotonic() + STOP_GRACE_S
@@ -104,7 +121,7 @@ class Supervisor:
             return
         for p in self.procs.values():
             if p.is_alive():
-                p.kill() if self.terminated else p.terminate()
+                p.kill() if self.terminated or self.kill_at_deadline else p.terminate()
         self.terminated = True
         self.stop_deadline = time.monotonic() + STOP_GRACE_S
 
@@ -118,18 +135,67 @@ class Supervisor:
                 self.notes.append(f"the {name} had reported its summary but did not exit; it was stopped "
                                   f"(exit code {p.exitcode})")
             elif self.status != "failed":
-                self.fail("failed", f"the {name} exited with code {p.exitcode}", name)
+                self.fail("failed", self._death_cause(name), name)
         if self.status is None:
             self.status, self.cause = "failed", "the processes ended without a summary"
 
+    def _death_cause(self, name: str) -> str:
+        """A child that ended without reporting an exception: killed, aborted, or taken down with its MPS server."""
+        code = self.procs[name].exitcode
+        how = f"exited with code {code}"
+        if code is not None and code < 0:
+            try:
+                how = f"was killed by {signal.Signals(-code).name} (exit code {code})"
+            except ValueError:
+                pass
+        if self._mps_server_failed():
+            return f"{MPS_SERVER_FAULT}: the MPS server of this run's daemon is gone; the {name} {how}"
+        return f"{name.split('[')[0]}_died: the {name} {how}"
+
+    def _mps_server_failed(self, text: str | None = None) -> bool:
+        """Under MPS: the exception names an MPS failure, or the verified server has exited. Sets the fix."""
+        if self.mps_server_gone is None:
+            return False
+        if not names_mps_failure(text) and not self.mps_server_gone():
+            return False
+        self.fix = mps_server_fault_fix(self.mps_log_dir)
+        return True
+
+    def _kill_survivors_soon(self) -> None:
+        self.stop_deadline = min(self.stop_deadline or math.inf, time.monotonic() + DEAD_CHILD_GRACE_S)
+        self.kill_at_deadline = True
+
     # ---------------------------------------------------------------- messages
 
+    def _receive_pending(self) -> None:
+        while True:
+            try:
+                msg = self.inbox.get_nowait()
+            except (queue.Empty, OSError, ValueError):
+                return
+            self.handle(msg)
+
     def handle(self, msg) -> None:
-        if isinstance(msg, Ready):
+        if isinstance(msg, (Phase, Progress)):
+            if self.console is not None:
+                self.console.show(msg)
+        elif isinstance(msg, Ready):
             self._on_ready(msg)
         elif isinstance(msg, Failed):
             self._check_run_dir()  # a child that failed on a removed run directory: that is the cause
-            self.fail("failed", f"the {msg.name} raised an exception", msg.name, msg.traceback)
+            killed = [n for n, p in self.procs.items()
+                      if n != msg.name and (p.exitcode or 0) < 0 and n not in self.finished]
+            if self.cause is None and self._mps_server_failed(msg.traceback):
+                self.fail("failed", f"{MPS_SERVER_FAULT}: the {msg.name} lost its MPS server (CUDA MPS error)",
+                          msg.name, msg.traceback)
+                self._kill_survivors_soon()  # nothing on that GPU can be saved any more
+            elif killed and self.status is None:
+                # a peer killed first: the exception is its consequence (e.g. a CUDA IPC error), not the cause
+                self.notes.append(f"the {msg.name} then raised: {_last_line(msg.traceback)}")
+                self.fail("failed", self._death_cause(killed[0]), killed[0], msg.traceback)
+                self._kill_survivors_soon()
+            else:
+                self.fail("failed", f"the {msg.name} raised an exception", msg.name, msg.traceback)
         elif isinstance(msg, Finished):
             self.record_finished(msg)
         else:
@@ -169,6 +235,8 @@ class Supervisor:
                 self.failed_role = self.failed_role or msg.name
             elif isinstance(msg, Finished):
                 self.record_finished(msg)
+            elif isinstance(msg, (Phase, Progress)) and self.console is not None:
+                self.console.show(msg)
 
     def fail(self, status: str, cause: str, role: str | None = None, traceback: str | None = None) -> None:
         """Stop the run. The first cause wins; a status reported by the learner itself ("interrupted") gets
@@ -214,3 +282,8 @@ class Supervisor:
             if p.is_alive():
                 p.kill()
                 p.join(timeout=5)
+
+
+def _last_line(text: str | None) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else ""

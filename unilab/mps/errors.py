@@ -68,3 +68,43 @@ class MpsToolError(RuntimeError):
     def __init__(self, message: str, code: int = 1):
         super().__init__(message)
         self.code = code
+
+
+# The CUDA runtime's MPS errors (codes 805-810 and neighbours): each means the client lost, or never got,
+# its MPS server; any of them in a child's exception is the server's fault, not the child's.
+MPS_CUDA_ERRORS = (
+    "cudaErrorMpsConnectionFailed",
+    "cudaErrorMpsRpcFailure",
+    "cudaErrorMpsServerNotReady",
+    "cudaErrorMpsMaxClientsReached",
+    "cudaErrorMpsMaxConnectionsReached",
+    "cudaErrorMpsClientTerminated",
+)
+MPS_SERVER_FAULT = "mps_server_fault"
+# The texts the CUDA runtime and the driver API print for the same failures (torch and Warp quote them).
+_MPS_ERROR_TEXTS = ("mps client failed to connect to the mps control daemon or the mps server",
+                    "the remote procedural call between the mps server and the mps client failed",
+                    "mps server is not ready to accept new mps client requests",
+                    "hardware resources to connect a new mps client have been exhausted",
+                    "the mps client has been terminated by the server",
+                    "cuda_error_mps_")
+
+
+def names_mps_failure(text: str | None) -> bool:
+    """True when an exception text is one of the CUDA MPS client/server errors."""
+    if not text:
+        return False
+    lowered = text.lower()
+    return any(name.lower() in lowered for name in MPS_CUDA_ERRORS) or any(t in lowered for t in _MPS_ERROR_TEXTS)
+
+
+def mps_server_fault_fix(log_dir: str | None) -> list[str]:
+    """What a user does after the MPS server failed under a run."""
+    log = f"{log_dir}/server.log" if log_dir else "<CUDA_MPS_LOG_DIRECTORY>/server.log"
+    return [
+        f"every client of that server fails with it; the daemon's account is in {log}",
+        "restart the daemon: unilab mps stop; unilab mps start  (raw: echo quit | nvidia-cuda-mps-control; "
+        "nvidia-cuda-mps-control -d)",
+        "check the GPU: unilab mps doctor",
+        "then resume the run: train ... training.resume=<run directory>",
+    ]

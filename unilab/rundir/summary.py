@@ -25,6 +25,10 @@ class RunSummary(BaseModel):
     mean_env_steps_per_s: Optional[float] = None
     wall_s: float
     exit_codes: dict[str, Optional[int]] = Field(default_factory=dict)
+    # what the user does about the cause (e.g. restart the MPS daemon), printed under it on the console
+    fix: list[str] = Field(default_factory=list)
+    # each child's standard error (native crash dumps, warnings), relative to the run directory
+    stderr_logs: dict[str, str] = Field(default_factory=dict)
     final_metrics: dict[str, Any] = Field(default_factory=dict)
     data_parallel: Optional[dict[str, Any]] = None
     notes: list[str] = Field(default_factory=list)
@@ -37,13 +41,21 @@ class RunSummary(BaseModel):
         return lines[-1][:2000] if lines else None
 
     def console(self, run_dir: str | Path, written: bool = True) -> str:
-        """The launcher's last console lines: status and cause, and for a failed child its exception."""
+        """The launcher's last console lines: status and cause; for a failed run the child's exception (its
+        last line), what to do, and where the full traceback and the child's stderr are."""
         text = f"unilab: run {self.status}{': ' + self.cause if self.cause else ''} -> {run_dir}"
-        error = self.error_line() if self.status == "failed" else None
+        if self.status != "failed":
+            return text
+        error = self.error_line()
         if error:
             text += f"\n  {error}"
-            if written:
-                text += f"\n  the full traceback: {Path(run_dir) / SUMMARY_FILE}"
+        if self.fix:
+            text += "\n  fix:" + "".join(f"\n    {line}" for line in self.fix)
+        if error and written:
+            text += f"\n  the full traceback: {Path(run_dir) / SUMMARY_FILE}"
+        log = self.stderr_logs.get(self.failed_role or "")
+        if log and (Path(run_dir) / log).is_file() and (Path(run_dir) / log).stat().st_size:
+            text += f"\n  the {self.failed_role}'s full log: {Path(run_dir) / log}"
         return text
 
     def write(self, run_dir: str | Path) -> Path:

@@ -12,8 +12,9 @@ import time
 import traceback
 from collections import deque
 
+from .child_log import leave, log_stderr
 from .messages import Mailbox, StopRequested, become_child
-from .protocol import (COLLECTOR_INBOX, MAX_TASK_METRICS, Act, Buffers, ChunkReady, Failed, LearnerEvents, Obs,
+from .protocol import (COLLECTOR_INBOX, MAX_TASK_METRICS, Act, Buffers, ChunkReady, Failed, LearnerEvents, Obs, Phase,
                        SlotFree)
 from .spec import RoleSpec, report_ready
 
@@ -25,7 +26,9 @@ TICK_STAMPS = ("write_start", "step_start", "step_end", "write_end")
 
 
 def collector_main(spec: RoleSpec, inbox, to_learner, to_launcher, stop_event) -> None:
+    log_stderr(spec.run_dir, spec.name("collector"))
     become_child("collector")
+    code = 0
     try:
         collector = Collector(spec, Mailbox(spec.name("collector"), inbox, stop_event, COLLECTOR_INBOX), to_learner,
                               to_launcher)
@@ -35,7 +38,10 @@ def collector_main(spec: RoleSpec, inbox, to_learner, to_launcher, stop_event) -
         pass
     except BaseException:
         to_launcher.put(Failed(spec.name("collector"), traceback.format_exc()))
-        raise SystemExit(1)
+        code = 1
+    # the learner may be gone (killed): what is still queued for it must not hold this process's exit
+    to_learner.cancel_join_thread()
+    leave(to_launcher, code)
 
 
 class Collector:
@@ -60,7 +66,13 @@ class Collector:
             torch.set_num_threads(1)  # learner and collector share the cores; tiny ops lose to thread overhead
         report_ready(spec.name("collector"), device, to_launcher)
         torch.manual_seed(spec.seed)
+        self.to_launcher = to_launcher
+        t0 = time.monotonic()
+        self.phase(f"collector: building the worlds ({spec.config['task'].get('num_envs')} envs of "
+                   f"{spec.config['task'].get('name')}) and compiling the Warp kernels they need (cached for the "
+                   "next runs)")
         self.env = env = make_env(spec.task, spec.sim, str(device), spec.seed)
+        self.phase(f"collector: worlds built in {time.monotonic() - t0:.1f} s")
         self.k_ticks = int(spec.training["env_steps_per_sync"])
         self.dims = Dims(env.num_envs, env.obs_dim, env.critic_obs_dim, env.action_dim, self.k_ticks)
         self.clips = None  # training.video_interval: world 0 recorded on the device (unilab.viz.clip)
@@ -68,6 +80,10 @@ class Collector:
             from unilab.viz.clip import ClipRecorder
 
             self.clips = ClipRecorder(env, spec.training["video_interval"], spec.run_dir)
+
+    def phase(self, text: str) -> None:
+        """A step the console names (printed by the launcher)."""
+        self.to_launcher.put(Phase(self.spec.name("collector"), text))
 
     def connect(self) -> None:
         """Share the observation/action buffers and the replay slots; take the learner's event handles."""
@@ -97,6 +113,7 @@ class Collector:
         self.backpressure = 0
         self.task_names = None
         self.timings: dict[str, float] = {}
+        t_first = time.monotonic()
         while True:
             s = self._free_slot()
             stamps = stamp_sets[chunk % len(stamp_sets)]
@@ -105,6 +122,8 @@ class Collector:
             self.timings.update(collector_wait_for_action_ms=wait_ms, ingress_backpressure=float(self.backpressure))
             self.to_learner.put(ChunkReady(s, dict(self.timings), self.task_names or ()))
             chunk += 1
+            if chunk == 1:  # the first steps compile the step kernels on a cold cache
+                self.phase(f"collector: first chunk of {self.k_ticks} env steps in {time.monotonic() - t_first:.1f} s")
             if chunk >= 2:
                 self.timings.update(_chunk_timings(stamp_sets[(chunk - 2) % len(stamp_sets)], self.timeout))
             if chunk % SIM_CHECK_EVERY == 2:

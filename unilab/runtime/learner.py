@@ -13,28 +13,32 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import time
 import traceback
+from collections import deque
 
 from unilab.mps.gemm_check import check_under_thread_share, weight_products
 from unilab.rundir.layout import POLICY_ONNX_FILE
 
+from .child_log import leave, log_stderr
 from .messages import Mailbox, StopRequested, become_child, wait_event
-from .protocol import (LEARNER_INBOX, LOSSES, TRANSITION_FIELDS, Act, Buffers, ChunkReady, Failed, Finished,
-                       IterationStats, LearnerEvents, Obs, SlotFree, Stop)
+from .protocol import (LEARNER_INBOX, LOSSES, ROLLING_EPISODES, TRANSITION_FIELDS, Act, Buffers, ChunkReady, Failed,
+                       Finished, IterationStats, LearnerEvents, Obs, Phase, Progress, SlotFree, Stop)
 from .spec import RoleSpec, report_ready
 
 
 def learner_main(spec: RoleSpec, inbox, to_collector, to_launcher, stop_event, go_event) -> None:
     """The learner role: build the loop, wait for the launcher's go, run, report; then stop the collector."""
-    become_child("learner")
     name = spec.name("learner")
+    log_stderr(spec.run_dir, name)
+    become_child("learner")
     loop = None
     code = 0
     try:
         built = LearnerLoop(spec, Mailbox(name, inbox, stop_event, LEARNER_INBOX), to_collector, to_launcher)
         wait_for_go(go_event, spec.startup_timeout_s, stop_event, name)
+        built.phase(f"training: {built.max_iterations} iterations of {built.dims.num_envs} envs x "
+                    f"{built.dims.ticks_per_slot} steps")
         loop = built  # a loop that never got the go has nothing to save and is not closed
         loop.run()
         to_launcher.put(Finished(name, loop.summary("completed")))
@@ -46,19 +50,10 @@ def learner_main(spec: RoleSpec, inbox, to_collector, to_launcher, stop_event, g
         code = 1
     finally:
         to_collector.put(Stop())
+        to_collector.cancel_join_thread()  # a collector that is gone (killed) never reads it: do not wait at exit
         if loop is not None:
             loop.close()
-    if spec.world_size > 1:
-        # After NCCL collectives captured in CUDA graphs, the learners hung in their
-        # teardown. Everything is saved and reported: flush the launcher queue and leave at once.
-        to_collector.cancel_join_thread()
-        to_launcher.close()
-        to_launcher.join_thread()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    if code:
-        raise SystemExit(code)
+    leave(to_launcher, code)  # everything is saved and reported
 
 
 def refill_target(capacity: int, fraction: float, collectable: int) -> int:
@@ -86,6 +81,32 @@ def wait_for_go(go_event, timeout_s: float, stop_event=None, name: str = "learne
                timeout_s=timeout_s, stop_event=stop_event)
 
 
+PROGRESS_EVERY_S = 2.0  # the console's progress line, at most this often (and for the last iteration)
+
+
+class RollingEpisodes:
+    """Finished-episode sums of the latest iterations, as few as cover ROLLING_EPISODES episodes."""
+
+    def __init__(self, episodes: int = ROLLING_EPISODES):
+        self.episodes = episodes
+        self.window: deque = deque()  # (count, return sum, length sum) of iterations that ended episodes
+
+    def add(self, count: float, return_sum: float, length_sum: float) -> None:
+        if count > 0:
+            self.window.append((count, return_sum, length_sum))
+        while len(self.window) > 1 and self.count() - self.window[0][0] >= self.episodes:
+            self.window.popleft()
+
+    def count(self) -> int:
+        return int(sum(c for c, _, _ in self.window))
+
+    def means(self) -> tuple[float | None, float | None]:
+        n = self.count()
+        if not n:
+            return None, None
+        return sum(r for _, r, _ in self.window) / n, sum(le for _, _, le in self.window) / n
+
+
 class LearnerLoop:
     """Construction connects to the collector and builds the learner (nothing waits for the launcher);
     `run` trains until `max_iterations`."""
@@ -98,6 +119,7 @@ class LearnerLoop:
         self.spec = spec
         self.mailbox = mailbox
         self.to_collector = to_collector
+        self.to_launcher = to_launcher
         self.device = device = torch.device(spec.device)
         if device.type == "cpu":
             torch.set_num_threads(1)  # learner and collector share the cores; tiny ops lose to thread overhead
@@ -107,8 +129,15 @@ class LearnerLoop:
             _join_process_group(spec, device)
         torch.manual_seed(spec.seed)
         self._connect()
+        t0 = time.monotonic()
+        self.phase(f"learner: building the {spec.config['algo'].get('name', 'algorithm')} networks and replay")
         self._build_learner()
         self._init_bookkeeping()
+        self.phase(f"learner: built in {time.monotonic() - t0:.1f} s")
+
+    def phase(self, text: str) -> None:
+        """A step the console names (printed by the launcher)."""
+        self.to_launcher.put(Phase(self.spec.name("learner"), text))
 
     def _connect(self) -> None:
         """Map the collector's buffers and events; send the learner's event handles."""
@@ -153,8 +182,8 @@ class LearnerLoop:
             self.min_replay_to_update = refill_target(
                 self.learner.replay.capacity, float(spec.training.get("resume_refill_fraction", 1.0)),
                 (algo.max_iterations - self.iteration) * dims.num_envs * dims.ticks_per_slot)
-            print(f"unilab: resume: refilling the replay to {self.min_replay_to_update} transitions before the "
-                  "first update", file=sys.stderr, flush=True)
+            self.phase(f"resume: refilling the replay to {self.min_replay_to_update} transitions before the "
+                       "first update")
             self._refill_reported = 0
         # Compile the acting policy (if the algo compiles) now, not at the first trained tick's deadline.
         self.learner.act(self.obs_buf)
@@ -175,6 +204,13 @@ class LearnerLoop:
         self.metrics = MetricsWriter(spec.rank_dir, start_iteration=self.iteration,
                                      tensorboard=bool(spec.extra.get("tensorboard", True)))
         self.last_row: dict = {}
+        self.rolling = RollingEpisodes()
+        self._last_progress = -math.inf
+        self._last_sps: float | None = None
+        # the replay fill before the first update, reported by quarters (a resume reports its refill instead)
+        self._fill_target = max(int(algo.batch_size), self.learning_starts * self.dims.num_envs * self.dims.ticks_per_slot)
+        self._fill_reported = 0 if not self.min_replay_to_update and self.learning_starts else 4
+        self._first_update_s: float | None = None
         cuda = device.type == "cuda"
         self.inf_stream = torch.cuda.Stream(device, priority=-1) if cuda else None
         self.upd_stream = torch.cuda.Stream(device, priority=0) if cuda else None
@@ -230,6 +266,8 @@ class LearnerLoop:
             self.env_steps += self.dims.num_envs * k_ticks
             if self.min_replay_to_update:
                 self._report_refill()
+            elif self._fill_reported < 4:
+                self._report_fill()
             self.pending.append({"iteration": self.iteration, "env_steps": self.env_steps, "wait_ms": wait_ms,
                                  "collector": chunk.timings, "t_iter": t_iter, "task_names": chunk.task_names,
                                  "replay_size": self.learner.replay.size})
@@ -267,7 +305,15 @@ class LearnerLoop:
             losses = None
             if (self.learner.ready() and self.iteration - self.segment_start >= self.learning_starts
                     and self.learner.replay.size >= self.min_replay_to_update):
+                first = not self.trained_once and self._first_update_s is None
+                if first:
+                    self.phase("first update: compiling the losses and capturing the graphs (when the algorithm "
+                               "does)")
+                    t0 = time.monotonic()
                 out = self.learner.update()
+                if first:
+                    self._first_update_s = time.monotonic() - t0
+                    self.phase(f"first update launched after {self._first_update_s:.1f} s; updating every iteration")
                 losses = torch.stack([out["critic_loss"].float(), out["actor_loss"].float(), out["alpha"].float()])
                 self.trained_once = True
             host = self.host_stats[self.iteration % len(self.host_stats)]
@@ -284,8 +330,30 @@ class LearnerLoop:
         if quarter > self._refill_reported:
             self._refill_reported = quarter
             done = "; updates start" if quarter == 4 and self.learner.ready() else ""
-            print(f"unilab: resume: replay refilled {min(size, target)}/{target} ({25 * quarter} %){done}",
-                  file=sys.stderr, flush=True)
+            self.phase(f"resume: replay refilled {min(size, target)}/{target} ({25 * quarter} %){done}")
+
+    def _report_fill(self) -> None:
+        """The replay filling before the first update, on the console by quarters."""
+        size, target = self.learner.replay.size, self._fill_target
+        quarter = min(4, 4 * size // max(1, target))
+        if quarter > self._fill_reported:
+            self._fill_reported = quarter
+            if quarter < 4:  # full: the first update's own line says so
+                self.phase(f"filling the replay {size}/{target} transitions ({25 * quarter} %)")
+
+    def _send_progress(self, row: dict) -> None:
+        """The console's progress line (the launcher adds elapsed time and ETA), at most every PROGRESS_EVERY_S."""
+        if row.get("env_steps_per_s") is not None:
+            self._last_sps = row["env_steps_per_s"]
+        now = time.monotonic()
+        done = row["iteration"] + 1
+        if now - self._last_progress < PROGRESS_EVERY_S and done < self.max_iterations:
+            return
+        self._last_progress = now
+        ret, length = self.rolling.means()
+        self.to_launcher.put(Progress(
+            self.spec.name("learner"), self.spec.rank, done, self.max_iterations,
+            int(row["env_steps"]), self._last_sps, ret, length, self.rolling.count(), int(row.get("replay_size") or 0)))
 
     def _log_oldest(self, timeout: float) -> None:
         """Write the metrics row of the oldest pending iteration (its GPU work is done or nearly so)."""
@@ -321,6 +389,8 @@ class LearnerLoop:
             **stats.task_terms(p["task_names"]),
         }
         self.last_row = self.metrics.write(i, p["env_steps"], values, max_iterations=self.max_iterations)
+        self.rolling.add(count, stats.return_sum, stats.length_sum)
+        self._send_progress(self.last_row)
 
     def save(self) -> None:
         from unilab.rundir.checkpoint import save_checkpoint

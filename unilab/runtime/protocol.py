@@ -52,6 +52,35 @@ class Finished:
     summary: dict
 
 
+@dataclass(frozen=True)
+class Phase:
+    """A step of start-up or shutdown the console names (building worlds, compiling kernels, filling the
+    replay); the launcher prints it, so the console has one order."""
+
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A learner's progress for the console line. The episode means cover the last finished episodes (about
+    ROLLING_EPISODES of them, whole iterations), so they stay defined between iterations that end none."""
+
+    name: str
+    rank: int
+    iterations_done: int
+    max_iterations: int
+    env_steps: int
+    env_steps_per_s: float | None
+    episode_return: float | None
+    episode_length: float | None
+    episodes: int  # how many finished episodes the means cover (0: none yet)
+    replay_size: int
+
+
+ROLLING_EPISODES = 100
+
+
 # ---------------------------------------------------------------- collector -> learner
 
 
@@ -113,7 +142,7 @@ class Stop:
     """The learner has ended: the collector stops. Every child's mailbox understands it."""
 
 
-LAUNCHER_INBOX = (Ready, Failed, Finished)
+LAUNCHER_INBOX = (Ready, Failed, Finished, Phase, Progress)
 LEARNER_INBOX = (Buffers, Obs, ChunkReady)
 COLLECTOR_INBOX = (LearnerEvents, Act, SlotFree)
 

@@ -1,0 +1,220 @@
+"""The launcher's console (phases, the progress line), the children's stderr logs, and how a dead child or a
+failed MPS server is named."""
+
+from __future__ import annotations
+
+import queue
+import subprocess
+import sys
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from unilab.launcher.console import Console
+from unilab.launcher.launch import mps_log_dir, mps_server_gone
+from unilab.launcher.supervisor import DEAD_CHILD_GRACE_S, Supervisor
+from unilab.mps.errors import names_mps_failure
+from unilab.rundir.summary import RunSummary
+from unilab.runtime.child_log import stderr_log_name
+from unilab.runtime.learner import RollingEpisodes
+from unilab.runtime.protocol import Failed, Phase, Progress
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def progress(done: int, *, rank: int = 0, episodes: int = 0, ret=None, length=None) -> Progress:
+    return Progress(f"learner[{rank}]", rank, done, 1000, done * 4096, 123456.0, ret, length, episodes, 5000)
+
+
+def test_progress_line_has_elapsed_eta_steps_and_rolling_episodes():
+    clock, out = Clock(), []
+    console = Console(world_size=1, clock=clock)
+    console.print = lambda text, rank=None: out.append(text)
+    clock.now += 10
+    console.show(progress(100))
+    clock.now += 10
+    console.show(progress(200, episodes=117, ret=3.25, length=412.4))
+    first, second = out
+    assert "0:00:10 elapsed" in first and "ETA -" in first and "(none yet)" in first
+    # 100 iterations in 10 s, 800 left: 80 s
+    assert "[it 200/1000] 0:00:20 elapsed, ETA 0:01:20" in second
+    assert "819.20k env steps, 123.46k env-steps/s" in second
+    assert "return 3.25, length 412 steps (last 117 episodes)" in second and "replay 5.00k" in second
+
+
+def test_eta_follows_the_recent_rate():
+    clock = Clock()
+    console = Console(clock=clock)
+    assert console.eta_s(0, 0, 1000) is None
+    for done in range(100, 600, 100):  # 10 it/s for 50 s ...
+        clock.now += 10
+        console.eta_s(0, done, 1000)
+    for done in range(600, 1000, 10):  # ... then 1 it/s for 40 s
+        clock.now += 10
+        eta = console.eta_s(0, done, 1000)
+    assert eta == pytest.approx(10.0, rel=0.02)  # 10 left at 1 it/s, not at the run's mean rate
+
+
+def test_rank_prefix_only_under_data_parallel(capsys):
+    Console(world_size=2).show(Phase("learner[1]", "learner: built in 1.0 s"))
+    Console(world_size=1).show(Phase("learner", "learner: built in 1.0 s"))
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["unilab: [rank 1] learner: built in 1.0 s", "unilab: learner: built in 1.0 s"]
+
+
+def test_rolling_episodes_cover_the_last_hundred():
+    rolling = RollingEpisodes(episodes=100)
+    assert rolling.means() == (None, None) and rolling.count() == 0
+    rolling.add(60, 60 * 1.0, 60 * 10.0)
+    rolling.add(0, 0.0, 0.0)  # an iteration that ended no episode keeps the means
+    assert rolling.means() == (1.0, 10.0)
+    rolling.add(60, 60 * 2.0, 60 * 20.0)
+    rolling.add(60, 60 * 3.0, 60 * 30.0)  # the first 60 drop out: 120 episodes left
+    assert rolling.count() == 120 and rolling.means() == (2.5, 25.0)
+
+
+def test_stderr_log_names():
+    assert stderr_log_name("learner") == "logs/learner.stderr"
+    assert stderr_log_name("collector[0]") == "logs/collector.stderr"
+    assert stderr_log_name("learner[2]") == "logs/learner_rank2.stderr"
+
+
+def test_a_child_stderr_goes_to_its_log_and_only_unilab_lines_to_the_console(tmp_path):
+    code = (
+        "import os, sys\n"
+        "from unilab.runtime.child_log import log_stderr\n"
+        f"log_stderr({str(tmp_path)!r}, 'collector')\n"
+        "print('unilab: collector: worlds built', file=sys.stderr, flush=True)\n"
+        "print('Traceback (most recent call last):', file=sys.stderr, flush=True)\n"
+        "os.write(2, b'terminate called after throwing an instance of c10::Error\\n')\n"
+        "os.abort()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -6
+    assert done.stderr == "unilab: collector: worlds built\n"
+    log = (tmp_path / "logs" / "collector.stderr").read_text()
+    assert "worlds built" in log and "Traceback" in log and "c10::Error" in log
+    assert "Fatal Python error: Aborted" in log  # faulthandler: the Python stack of a native abort
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("RuntimeError: CUDA error: cudaErrorMpsRpcFailure", True),
+    ("torch.AcceleratorError: CUDA error: the remote procedural call between the MPS server and the MPS client "
+     "failed", True),
+    ("warp: CUDA_ERROR_MPS_SERVER_NOT_READY", True),
+    ("RuntimeError: CUDA error: an illegal memory access was encountered", False),
+    (None, False),
+])
+def test_mps_failure_texts(text, expected):
+    assert names_mps_failure(text) is expected
+
+
+class _Proc:
+    def __init__(self, exitcode):
+        self.exitcode = exitcode
+
+    def is_alive(self) -> bool:
+        return self.exitcode is None
+
+    def kill(self) -> None:
+        self.exitcode = -9
+
+    terminate = kill
+
+
+class _Spec:
+    startup_timeout_s = 60.0
+
+    @staticmethod
+    def name(role: str) -> str:
+        return role
+
+
+def _supervise(procs, *, messages=(), server_gone=None) -> Supervisor:
+    inbox = queue.Queue()
+    for msg in messages:
+        inbox.put(msg)
+    sup = Supervisor([_Spec()], procs, inbox, threading.Event(), threading.Event(), verify=None,
+                     mps_server_gone=server_gone, mps_log_dir="/tmp/mps/log")
+    sup.verified = True
+    sup.run()
+    return sup
+
+
+@pytest.mark.parametrize("server_gone, cause", [
+    (lambda: True, "mps_server_fault: the MPS server of this run's daemon is gone; the learner was killed by "
+                   "SIGABRT (exit code -6)"),
+    (lambda: False, "learner_died: the learner was killed by SIGABRT (exit code -6)"),
+    (None, "learner_died: the learner was killed by SIGABRT (exit code -6)"),
+])
+def test_an_aborted_child_under_mps_names_the_server(server_gone, cause):
+    import time
+
+    start = time.monotonic()
+    sup = _supervise({"learner": _Proc(-6), "collector": _Proc(None)}, server_gone=server_gone)
+    assert sup.cause == cause and sup.failed_role == "learner"
+    # the collector, alive and ignoring the stop event, was killed after the short grace, not STOP_GRACE_S
+    assert sup.procs["collector"].exitcode == -9 and time.monotonic() - start < DEAD_CHILD_GRACE_S + 1
+    assert bool(sup.fix) is (cause.startswith("mps_server_fault"))
+    if sup.fix:
+        assert any("/tmp/mps/log/server.log" in line for line in sup.fix)
+        assert any("unilab mps start" in line for line in sup.fix)
+        assert any("unilab mps doctor" in line for line in sup.fix)
+
+
+def test_an_mps_error_in_a_traceback_is_the_server_fault():
+    tb = "Traceback (most recent call last):\n  ...\nRuntimeError: CUDA error: cudaErrorMpsClientTerminated\n"
+    sup = _supervise({"learner": _Proc(1), "collector": _Proc(1)}, messages=[Failed("collector", tb)],
+                     server_gone=lambda: False)
+    assert sup.cause.startswith("mps_server_fault: the collector lost its MPS server") and sup.fix
+    # the same exception outside MPS is the child's own
+    sup = _supervise({"learner": _Proc(1), "collector": _Proc(1)}, messages=[Failed("collector", tb)])
+    assert sup.cause == "the collector raised an exception" and not sup.fix
+
+
+def test_an_exception_after_a_peer_was_killed_names_the_kill():
+    tb = "Traceback (most recent call last):\n  ...\nRuntimeError: CUDA error: invalid resource handle\n"
+    sup = _supervise({"learner": _Proc(-9), "collector": _Proc(1)}, messages=[Failed("collector", tb)])
+    assert sup.cause == "learner_died: the learner was killed by SIGKILL (exit code -9)"
+    assert sup.failed_role == "learner"
+    assert sup.notes == ["the collector then raised: RuntimeError: CUDA error: invalid resource handle"]
+
+
+def test_the_console_names_the_fault_its_fix_and_the_log(tmp_path):
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "collector.stderr").write_text("terminate called after ... (pages of C++ frames)\n")
+    summary = RunSummary(status="failed", cause="mps_server_fault: the collector lost its MPS server",
+                         failed_role="collector", traceback="Traceback ...\nRuntimeError: cudaErrorMpsRpcFailure",
+                         wall_s=1.0, fix=["restart the daemon: unilab mps start"],
+                         stderr_logs={"collector": "logs/collector.stderr", "learner": "logs/learner.stderr"})
+    lines = summary.console(tmp_path).splitlines()
+    assert lines[0].startswith("unilab: run failed: mps_server_fault")
+    assert lines[1].strip() == "RuntimeError: cudaErrorMpsRpcFailure"
+    assert lines[2:4] == ["  fix:", "    restart the daemon: unilab mps start"]
+    assert lines[-1] == f"  the collector's full log: {tmp_path / 'logs' / 'collector.stderr'}"
+    assert "C++" not in "\n".join(lines)
+
+
+def test_the_server_recorded_at_verification_gone(monkeypatch):
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(done.stdout)
+
+    def prepared(pid):
+        sharing = SimpleNamespace(server_pid=pid)
+        return SimpleNamespace(manifest=SimpleNamespace(ranks=[SimpleNamespace(cuda_process_sharing=sharing)]))
+
+    import os
+
+    assert mps_server_gone(prepared(dead_pid)) is True
+    assert mps_server_gone(prepared(os.getpid())) is False
+    assert mps_server_gone(SimpleNamespace(manifest=SimpleNamespace(ranks=[]))) is False  # not verified yet
+    evidence = SimpleNamespace(pipe_directory="/tmp/unilab-mps-1000/GPU-x/pipe")
+    monkeypatch.delenv("CUDA_MPS_LOG_DIRECTORY", raising=False)
+    assert mps_log_dir(evidence) == "/tmp/unilab-mps-1000/GPU-x/log"

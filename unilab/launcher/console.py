@@ -1,0 +1,78 @@
+"""The launcher's console: its own phase lines, the children's (`Phase`), and the progress line (`Progress`),
+printed from one process so that their order is the order they happened in."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import deque
+
+from unilab.runtime.protocol import Phase, Progress
+
+RATE_WINDOW_S = 60.0  # the ETA follows the iteration rate of about the last minute
+
+
+def clock_text(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    h, rest = divmod(seconds, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}"
+
+
+def count_text(n: float) -> str:
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.2f}{unit}"
+    return f"{n:.0f}"
+
+
+class Console:
+    def __init__(self, world_size: int = 1, stream=None, clock=time.monotonic):
+        self.world_size = world_size
+        self.stream = stream
+        self.clock = clock
+        self.started = clock()
+        self._points: dict[int, deque] = {}  # rank -> (time, iterations done), the rate window
+
+    def rank_prefix(self, rank: int | None) -> str:
+        return f"[rank {rank}] " if self.world_size > 1 and rank is not None else ""
+
+    def print(self, text: str, rank: int | None = None) -> None:
+        print(f"unilab: {self.rank_prefix(rank)}{text}", file=self.stream or sys.stderr, flush=True)
+
+    def show(self, msg) -> None:
+        if isinstance(msg, Phase):
+            self.print(msg.text, _rank_of(msg.name))
+        elif isinstance(msg, Progress):
+            self.print(self.progress_text(msg), msg.rank)
+
+    def eta_s(self, rank: int, done: int, total: int) -> float | None:
+        """Seconds left at the iteration rate of the last RATE_WINDOW_S (None until two points exist)."""
+        now = self.clock()
+        points = self._points.setdefault(rank, deque())
+        points.append((now, done))
+        while len(points) > 2 and now - points[1][0] >= RATE_WINDOW_S:
+            points.popleft()
+        (t0, i0), (t1, i1) = points[0], points[-1]
+        if i1 <= i0 or t1 <= t0:
+            return None
+        return (total - done) * (t1 - t0) / (i1 - i0)
+
+    def progress_text(self, p: Progress) -> str:
+        eta = self.eta_s(p.rank, p.iterations_done, p.max_iterations)
+        sps = "- env-steps/s" if p.env_steps_per_s is None else f"{count_text(p.env_steps_per_s)} env-steps/s"
+        if p.episodes:
+            episodes = (f"return {p.episode_return:.2f}, length {p.episode_length:.0f} steps "
+                        f"(last {p.episodes} episodes)")
+        else:
+            episodes = "return, length (none yet)"
+        return (f"[it {p.iterations_done}/{p.max_iterations}] {clock_text(self.clock() - self.started)} elapsed, "
+                f"ETA {'-' if eta is None else clock_text(eta)} | {count_text(p.env_steps)} env steps, {sps} | "
+                f"{episodes} | replay {count_text(p.replay_size)}")
+
+
+def _rank_of(name: str) -> int | None:
+    _, _, rank = name.partition("[")
+    try:
+        return int(rank.rstrip("]"))
+    except ValueError:
+        return None
