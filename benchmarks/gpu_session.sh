@@ -427,7 +427,7 @@ cmd_faults() {
   fault_run learner
   fault_run server
   log "the daemon after its server was killed (a new client starts a new server)"
-  run "${UNILAB_CMD[@]}" mps status --gpu "$GPU"
+  run "${UNILAB_CMD[@]}" mps status
 }
 
 detach() {  # NAME CMD...: run CMD in its own session, immune to the end of this command; DIR/NAME.log, DIR/jobs/NAME.rc

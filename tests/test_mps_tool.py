@@ -304,7 +304,10 @@ def test_foreground_quits_the_daemon_on_ctrl_c(tool):
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.communicate()
+        if state_file.exists() and alive(tool.state()["daemon_pid"]):  # a daemon left behind holds the pipes
+            os.kill(tool.state()["daemon_pid"], signal.SIGKILL)
+        if proc.returncode is None:
+            proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     assert "export CUDA_MPS_PIPE_DIRECTORY=" in out
     assert "cmd quit" in tool.control_log()

@@ -38,6 +38,9 @@ class StartOptions:
     timeout_s: float = 10.0
 
 
+_QUIT_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
 def start(host: ToolHost, opts: StartOptions) -> int:
     binary = host.find(CONTROL_BINARY)
     if binary is None:
@@ -68,6 +71,9 @@ def start(host: ToolHost, opts: StartOptions) -> int:
                      foreground=opts.foreground, compute_mode_set=mode_set,
                      previous_compute_mode=previous_mode if mode_set else None, binary=binary, uid=uid,
                      started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    if opts.foreground:
+        # Ctrl-C from here on must quit the daemon: held back until _run_foreground waits for it.
+        signal.pthread_sigmask(signal.SIG_BLOCK, _QUIT_SIGNALS)
     state.write(layout.state_file)
     print(f"unilab mps: control daemon pid {pid} for {gpu.uuid} ({gpu.name}); pipe {layout.pipe_dir}, "
           f"log {layout.log_dir}" + ("; compute mode EXCLUSIVE_PROCESS" if opts.exclusive else ""), file=sys.stderr)
@@ -220,6 +226,7 @@ def _run_foreground(host: ToolHost, proc: subprocess.Popen, layout: Layout, stat
     except ValueError:  # not the main thread
         previous = None
     try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _QUIT_SIGNALS)  # a Ctrl-C held back since start() lands here
         code = proc.wait()
         print(f"unilab mps: the daemon exited by itself (status {code})", file=sys.stderr)
     except KeyboardInterrupt:
