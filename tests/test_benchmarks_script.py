@@ -139,7 +139,7 @@ def test_faults_expansion():
     assert all("+execution=mps" in t and t.endswith("2>&1 &") for t in trains)
     kills = [line for line in lines if line.startswith("# after 3 metrics rows: kill -9")]
     assert "learner_pid" in kills[0] and "get_server_list" in kills[1]
-    assert commands(lines)[-1] == "unilab mps status --gpu 1"
+    assert commands(lines)[-1] == "unilab mps status"
 
 
 def test_missing_option_is_an_error():
@@ -180,7 +180,8 @@ def test_documented_gate_expansion_is_the_scripts():
         blocks = re.findall(r"```bash\n(.*?)```", doc.read_text(), re.S)
         listed = next(b for b in blocks if b.startswith("unilab mps start --gpu 0\ntrain -m")).splitlines()
         expanded = commands(dry("mps-start") + dry("gate", "--algo", "fastsac", "--task", "g1_walk_flat",
-                                                   "--envs", "2048", "--seeds", "2", "--threshold", "10"))
+                                                   "--envs", "2048", "--seeds", "2", "--threshold", "10")
+                            + dry("mps-stop"))
         assert expanded == listed, doc
 
 

@@ -221,10 +221,13 @@ def _end_child(proc: subprocess.Popen) -> None:
 
 def _run_foreground(host: ToolHost, proc: subprocess.Popen, layout: Layout, state: MpsState, timeout_s: float) -> int:
     print("unilab mps: running in the foreground; Ctrl-C quits the daemon", file=sys.stderr)
-    try:  # SIGTERM quits cleanly too
-        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-    except ValueError:  # not the main thread
-        previous = None
+    # SIGINT and SIGTERM quit cleanly, also where SIGINT was inherited as ignored (a shell's background job).
+    previous = {}
+    for sig in _QUIT_SIGNALS:
+        try:
+            previous[sig] = signal.signal(sig, signal.default_int_handler)
+        except ValueError:  # not the main thread
+            pass
     try:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _QUIT_SIGNALS)  # a Ctrl-C held back since start() lands here
         code = proc.wait()
@@ -232,8 +235,8 @@ def _run_foreground(host: ToolHost, proc: subprocess.Popen, layout: Layout, stat
     except KeyboardInterrupt:
         code = None
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
     if code is None:
         try:
             _quit_and_wait(host, state, timeout_s)
