@@ -21,7 +21,8 @@ def walk_run(tmp_path_factory):
     import sys
 
     log_dir = tmp_path_factory.mktemp("walk_runs")
-    cmd = [sys.executable, "-m", "unilab.cli.train", *SMOKE_WALK, f"training.log_dir={log_dir}", "training.run_name=walk"]
+    cmd = [sys.executable, "-m", "unilab.cli.train", *SMOKE_WALK, f"training.log_dir={log_dir}", "training.run_name=walk",
+           "training.export_onnx=true"]  # policy.onnx at the end, for tests/test_export.py
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return log_dir / "walk"

@@ -109,3 +109,16 @@ def test_bad_input_exits_2_and_writes_nothing(walk_run, tmp_path, capsys):
     assert _export(walk_run, "--out", tmp_path / "missing" / "z.onnx") == 2
     assert "is not a directory" in capsys.readouterr().err
     assert not list(tmp_path.rglob("*.onnx")) and not list(walk_run.glob(".export_*"))
+
+
+@pytest.mark.slow
+def test_the_end_of_training_export_carries_the_same_metadata(walk_run):
+    """training.export_onnx=true: policy.onnx at the end of the run says what `unilab export` of the run's
+    last checkpoint says (the env's part comes from the collector, the rest from the learner)."""
+    assert _export(walk_run, "--out", walk_run / "exported.onnx") == 0
+    at_end = {p.key: p.value for p in onnx.load(str(walk_run / "policy.onnx")).metadata_props}
+    exported = {p.key: p.value for p in onnx.load(str(walk_run / "exported.onnx")).metadata_props}
+    from unilab.eval.export import METADATA_KEYS
+
+    assert set(METADATA_KEYS) <= set(at_end) and json.loads(at_end["iteration"]) == 6
+    assert {k: at_end[k] for k in METADATA_KEYS} == {k: exported[k] for k in METADATA_KEYS}

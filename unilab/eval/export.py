@@ -31,23 +31,15 @@ def _floats(values) -> list[float]:
     return [float(f"{float(v):.7g}") for v in values]
 
 
-def policy_metadata(env, config: dict, state: dict, checkpoint: Path) -> dict[str, str]:
-    """metadata_props of an exported policy: joints in actuator order, gains from the MuJoCo model."""
-    import unilab
-
+def env_description(env) -> dict:
+    """The env's part of the metadata (joints in actuator order, gains from the MuJoCo model, the
+    observation layout): the collector sends it to the learner, which exports at the end of training."""
     m = env.mj_model
     low, high = env.action_spans()
     layout = env.policy_obs_layout()
     clip = getattr(getattr(env.cfg, "observations", None), "clip", None)
     bounds = str(getattr(env.cfg, "action_bounds", "uniform"))
-    values = {
-        "schema": METADATA_SCHEMA,
-        "unilab_version": unilab.__version__,
-        "task": config["task"]["name"],
-        "algo": config["algo"]["name"],
-        "checkpoint": checkpoint.resolve().name,
-        "iteration": int(state["iteration"]),
-        "env_steps": int(state.get("env_steps", 0)),
+    return {
         "control_dt": float(f"{env.dt:.7g}"),
         "obs_dim": int(env.obs_dim),
         "action_dim": int(env.action_dim),
@@ -65,8 +57,30 @@ def policy_metadata(env, config: dict, state: dict, checkpoint: Path) -> dict[st
         "observation_scales": _floats(scale for _, _, scale in layout),
         "observation_clip": None if clip is None else float(clip),
     }
-    assert tuple(values) == METADATA_KEYS and sum(values["observation_sizes"]) == env.obs_dim
+
+
+def metadata_props(description: dict, config: dict, *, checkpoint: str, iteration: int,
+                   env_steps: int) -> dict[str, str]:
+    """metadata_props of an exported policy: who made it, from which checkpoint, and the env's description."""
+    import unilab
+
+    values = {
+        "schema": METADATA_SCHEMA,
+        "unilab_version": unilab.__version__,
+        "task": config["task"]["name"],
+        "algo": config["algo"]["name"],
+        "checkpoint": checkpoint,
+        "iteration": int(iteration),
+        "env_steps": int(env_steps),
+        **description,
+    }
+    assert tuple(values) == METADATA_KEYS and sum(values["observation_sizes"]) == values["obs_dim"]
     return {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
+
+
+def policy_metadata(env, config: dict, state: dict, checkpoint: Path) -> dict[str, str]:
+    return metadata_props(env_description(env), config, checkpoint=checkpoint.resolve().name,
+                          iteration=state["iteration"], env_steps=state.get("env_steps", 0))
 
 
 def export(run: str, *, checkpoint: str | None = None, fmt: str = "onnx", out: str | None = None) -> Path:

@@ -7,7 +7,9 @@
       tensorboard/           metrics.py: the same rows for TensorBoard
       checkpoints/           checkpoint.py: iter_NNNNNNN.pt and the latest.pt link
       run_summary.json       summary.py: how the run ended
-      policy.onnx            training.export_onnx=true
+      policy.onnx            training.export_onnx=true (with unilab export's metadata)
+      logs/                  the children's stderr (learner.stderr, collector.stderr; other ranks by name)
+      videos/                training.video_interval: clips of world 0 (unilab.viz.clip)
       play.json              unilab.runtime.play
       eval.json              unilab.eval (default place; `--out` may put it elsewhere)
       no_mps_pipe/           training.block_ambient_mps: an empty MPS pipe directory

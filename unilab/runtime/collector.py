@@ -95,8 +95,13 @@ class Collector:
         self.slots = [{k: share(v) for k, v in make_slot(dims, device).items()} for _ in range(self.spec.replay_slots)]
         self.obs_ready = CrossProcessEvent(device)
         self.slot_ready = [CrossProcessEvent(device) for _ in self.slots]
+        policy_env = None
+        if self.spec.training.get("export_onnx") and self.spec.rank == 0:
+            from unilab.eval.export import env_description
+
+            policy_env = env_description(self.env)
         self.to_learner.put(Buffers(dims, self.obs_buf, self.act_buf, self.slots, self.obs_ready.handle(),
-                                    [e.handle() for e in self.slot_ready]))
+                                    [e.handle() for e in self.slot_ready], policy_env))
         events = self.mailbox.get(LearnerEvents, phase="startup", timeout_s=self.spec.startup_timeout_s)
         self.act_ready = CrossProcessEvent(device, events.act_ready)
         self.slot_free = [CrossProcessEvent(device, h) for h in events.slot_free]

@@ -147,6 +147,7 @@ class LearnerLoop:
         buffers = self.mailbox.get(Buffers, phase="startup: waiting for the collector's environment",
                                    timeout_s=self.spec.startup_timeout_s)
         self.dims, self.obs_buf, self.act_buf, self.slots = buffers.dims, buffers.obs, buffers.act, buffers.slots
+        self.policy_env = buffers.policy_env
         self.obs_ready = CrossProcessEvent(device, buffers.obs_ready)
         self.slot_ready = [CrossProcessEvent(device, h) for h in buffers.slot_ready]
         self.act_ready = CrossProcessEvent(device)
@@ -280,7 +281,12 @@ class LearnerLoop:
             self._log_oldest(timeout)
         self.save()
         if self.spec.training.get("export_onnx") and self.spec.rank == 0:
-            self.learner.export_onnx(f"{self.spec.run_dir}/{POLICY_ONNX_FILE}")
+            from unilab.eval.export import metadata_props
+            from unilab.rundir.checkpoint import checkpoint_name
+
+            meta = metadata_props(self.policy_env, self.spec.config, checkpoint=checkpoint_name(self.iteration),
+                                  iteration=self.iteration, env_steps=self.env_steps)
+            self.learner.export_onnx(f"{self.spec.run_dir}/{POLICY_ONNX_FILE}", meta)
 
     def _update_phase(self, s: int, st: dict) -> None:
         torch = self.torch

@@ -94,6 +94,7 @@ class Buffers:
     slots: list  # dicts of tensors: TRANSITION_FIELDS, episode_stats, task_metrics
     obs_ready: bytes | None  # interprocess event handles (None on the CPU)
     slot_ready: list
+    policy_env: dict | None = None  # unilab.eval.export.env_description: the metadata of an end-of-run export
 
 
 @dataclass(frozen=True)
