@@ -9,7 +9,7 @@ from fakes import FakeMpsDaemon, FakeNvml, install_fake_control_binary
 from unilab.mps import HostFacts
 
 
-SMOKE_WALK = ["+preset=cpu_smoke", "task.num_envs=8", "training.tensorboard=false", "algo.max_iterations=6",
+SMOKE_WALK = ["+preset=cpu_smoke", "task.num_envs=8", "training.logger=[]", "algo.max_iterations=6",
               "algo.save_interval=3"]
 
 

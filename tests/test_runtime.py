@@ -17,7 +17,7 @@ from unilab.rundir.metrics import METRIC_KEYS, read_metrics
 
 pytestmark = pytest.mark.slow
 
-SMOKE = ["+preset=cpu_smoke", "task.num_envs=16", "training.tensorboard=false"]
+SMOKE = ["+preset=cpu_smoke", "task.num_envs=16", "training.logger=[]"]
 
 
 def train(log_dir: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -49,7 +49,7 @@ def pid_alive(pid: int) -> bool:
 def finished_run(tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("e2e")
     done = train(log_dir, "--algo", "fastsac", "--task", "g1_walk_flat", "algo.max_iterations=20",
-                 "algo.save_interval=10", "training.tensorboard=true",
+                 "algo.save_interval=10", "training.logger=[tensorboard]",
                  "training.no_play=false", "training.play_envs=4", "training.play_steps=12")
     assert done.returncode == 0, done.stderr[-4000:]
     return log_dir, only_run(log_dir), done

@@ -105,7 +105,7 @@ def test_report_without_samples_after_the_warmup_is_bad_input(tmp_path, capsys):
 def test_samples_every_process_of_a_cpu_run(tmp_path, capsys):
     log_dir = tmp_path / "runs"
     proc = subprocess.Popen([sys.executable, "-m", "unilab.cli.train", "+preset=cpu_smoke", "task.num_envs=16",
-                             "training.tensorboard=false", f"training.log_dir={log_dir}", "algo.max_iterations=100000"],
+                             "training.logger=[]", f"training.log_dir={log_dir}", "algo.max_iterations=100000"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 300

@@ -741,7 +741,7 @@ def test_a_real_sweep_with_a_failing_run_runs_the_other_job(tmp_path):
     log_dir = tmp_path / "runs"
     done = subprocess.run(
         [sys.executable, "-m", "unilab.cli.train", "-m", "+preset=cpu_smoke", "training.startup_timeout_s=0.001,900",
-         "task.num_envs=8", "algo.max_iterations=4", "training.tensorboard=false", "training.no_play=true",
+         "task.num_envs=8", "algo.max_iterations=4", "training.logger=[]", "training.no_play=true",
          f"training.log_dir={log_dir}"],
         capture_output=True, text=True, timeout=300,
         env=dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=str(tmp_path / "none")),
@@ -765,7 +765,7 @@ def test_ctrl_c_stops_a_real_sweep(tmp_path):
     log_dir = tmp_path / "runs"
     proc = subprocess.Popen(
         [sys.executable, "-m", "unilab.cli.train", "-m", "+preset=cpu_smoke", "training.seed=1,2", "task.num_envs=8",
-         "algo.max_iterations=100000", "training.tensorboard=false", "training.no_play=true",
+         "algo.max_iterations=100000", "training.logger=[]", "training.no_play=true",
          f"training.log_dir={log_dir}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         env=dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=str(tmp_path / "none")))

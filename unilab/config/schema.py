@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from dataclasses import dataclass, field, fields
 from enum import Enum
@@ -20,6 +21,10 @@ EXECUTION_EVIDENCE_INTERPOLATION = (
     "${training.mps_probe_timeout_s}}"
 )
 DEVICE = re.compile(r"cpu|cuda(:\d+)?")
+# Where the learner's metrics rows go besides metrics.jsonl (training.logger).
+LOGGERS = ("tensorboard", "wandb")
+WANDB_MODES = ("offline", "online")
+WANDB_EXTRA_HINT = "pip install 'unilab[wandb]'"
 
 
 class CudaProcessSharing(str, Enum):
@@ -98,9 +103,14 @@ class TrainingConfig(ExecutionConfig):
     ingress_slots: int = 4
     stall_timeout_s: float = 120.0
     startup_timeout_s: float = 900.0
-    tensorboard: bool = True
+    # Sinks of the metrics rows besides metrics.jsonl: tensorboard, wandb (needs unilab[wandb]); []: none.
+    logger: List[str] = field(default_factory=lambda: ["tensorboard"])
+    wandb_project: str = "unilab"
+    # offline: written under <run dir>/wandb/ (no account, no network; `wandb sync` uploads it later).
+    wandb_mode: str = "offline"
 
     def __post_init__(self) -> None:
+        self._check_loggers()
         require(DEVICE.fullmatch(str(self.device)) is not None, "training.device", self.device,
                 "cpu, cuda or cuda:N")
         require(0 <= self.resume_refill_fraction <= 1, "training.resume_refill_fraction",
@@ -114,6 +124,16 @@ class TrainingConfig(ExecutionConfig):
             name = PurePath(self.run_name)
             require(not name.is_absolute() and ".." not in name.parts, "training.run_name", self.run_name,
                     "a name relative to training.log_dir, without '..' (the run directory stays inside it)")
+
+    def _check_loggers(self) -> None:
+        allowed = "a list of " + ", ".join(LOGGERS) + ", each at most once ([]: metrics.jsonl only)"
+        for name in self.logger:
+            require(name in LOGGERS, "training.logger", list(self.logger), allowed)
+        require(len(set(self.logger)) == len(self.logger), "training.logger", list(self.logger), allowed)
+        require(self.wandb_mode in WANDB_MODES, "training.wandb_mode", self.wandb_mode, " or ".join(WANDB_MODES))
+        # Checked before anything exists: the learner would otherwise find it missing after the run started.
+        require("wandb" not in self.logger or importlib.util.find_spec("wandb") is not None, "training.logger",
+                list(self.logger), f"loggers whose packages are installed (wandb is not: {WANDB_EXTRA_HINT})")
 
 
 @dataclass

@@ -130,7 +130,7 @@ def _role_spec(prepared: PreparedRun, device: str, rank: int, world_size: int, d
         startup_timeout_s=float(training["startup_timeout_s"]),
         replay_slots=int(training["ingress_slots"]),
         dist_port=dist_port,
-        extra={"tensorboard": bool(training["tensorboard"])},
+        extra={"logger": list(training["logger"])},
     )
 
 

@@ -1,4 +1,4 @@
-"""Per-iteration metrics: metrics.jsonl (schema-versioned), TensorBoard, a console line; and the
+"""Per-iteration metrics: metrics.jsonl (schema-versioned), TensorBoard, W&B, a console line; and the
 one reader of metrics.jsonl (tests, resume, `unilab bench`, `unilab plot`)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from .layout import METRICS_FILE, TENSORBOARD_DIR
+from .wandb_sink import WandbSettings, WandbSink
 
 METRICS_SCHEMA_VERSION = 1
 
@@ -48,11 +49,14 @@ BY_ENV_STEPS = ("episode_return", "episode_length")
 
 class MetricsWriter:
     def __init__(self, run_dir: str | Path, *, start_iteration: int = 0, tensorboard: bool = True,
-                 console_every_s: float = 2.0):
+                 wandb: WandbSettings | None = None, console_every_s: float = 2.0):
+        """`wandb`: also log each row to Weights & Biases (the learner of rank 0 passes it)."""
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         self.path = Path(run_dir) / METRICS_FILE
         if start_iteration > 0:
             _truncate_from(self.path, start_iteration)
+        # wall_clock_s counts from the run's first row, kept across resumes (as TensorBoard's "Relative").
+        self._t0 = _first_time(self.path)
         self._file = open(self.path, "a", buffering=1)
         self._tb = None
         if tensorboard:
@@ -66,6 +70,9 @@ class MetricsWriter:
         self._tb_env_steps = None
         self._tb_dir = Path(run_dir) / TENSORBOARD_DIR / "by_env_steps" if tensorboard else None
         self._resumed = start_iteration > 0
+        self._wandb = None
+        if wandb is not None:
+            self._wandb = WandbSink(run_dir, wandb)
         self._console_every_s = console_every_s
         self._last_console = 0.0
 
@@ -83,6 +90,10 @@ class MetricsWriter:
                 if key not in ("schema_version", "iteration", "time") and isinstance(value, float):
                     self._tb.add_scalar(_tb_tag(key), value, iteration)
             self._write_by_env_steps(row)
+        if self._wandb is not None:
+            if self._t0 is None:
+                self._t0 = row["time"]
+            self._wandb.log(row, wall_clock_s=round(row["time"] - self._t0, 3))
         now = time.monotonic()
         if now - self._last_console >= self._console_every_s or iteration + 1 >= max_iterations:
             self._last_console = now
@@ -107,6 +118,23 @@ class MetricsWriter:
         for tb in (self._tb, self._tb_env_steps):
             if tb is not None:
                 tb.close()
+        if self._wandb is not None:
+            self._wandb.close()
+
+
+def _first_time(path: Path) -> float | None:
+    """The time stamp of the file's first row (None: no row yet, or an older row without one)."""
+    if not path.exists():
+        return None
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                try:
+                    value = json.loads(line).get("time")
+                except (json.JSONDecodeError, AttributeError):
+                    return None
+                return float(value) if isinstance(value, (int, float)) else None
+    return None
 
 
 def _truncate_from(path: Path, iteration: int) -> None:

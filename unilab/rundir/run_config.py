@@ -35,9 +35,19 @@ def load_run_config(run: str | os.PathLike) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such run_config.json")
     try:
-        return json.loads(path.read_text())
+        return upgrade_config(json.loads(path.read_text()))
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+
+
+def upgrade_config(config: Any) -> Any:
+    """An earlier version's run config in today's keys: training.tensorboard (true/false) became
+    training.logger ([tensorboard]/[])."""
+    training = config.get("training") if isinstance(config, dict) else None
+    if isinstance(training, dict) and "tensorboard" in training:
+        enabled = training.pop("tensorboard")
+        training.setdefault("logger", ["tensorboard"] if enabled else [])
+    return config
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:

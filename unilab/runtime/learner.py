@@ -192,6 +192,7 @@ class LearnerLoop:
     def _init_bookkeeping(self) -> None:
         """Run settings, the metrics writer, the streams and the rings of stamps and host statistics."""
         from unilab.rundir.metrics import MetricsWriter
+        from unilab.rundir.wandb_sink import wandb_settings
 
         from .timing import Stamp
 
@@ -202,8 +203,10 @@ class LearnerLoop:
         self.learning_starts = algo.learning_starts
         self.nan_guard = bool(spec.training["nan_guard"]["enabled"])
         self.nan_trips = 0
+        loggers = spec.extra.get("logger", ["tensorboard"])
         self.metrics = MetricsWriter(spec.rank_dir, start_iteration=self.iteration,
-                                     tensorboard=bool(spec.extra.get("tensorboard", True)))
+                                     tensorboard="tensorboard" in loggers,
+                                     wandb=wandb_settings(spec) if "wandb" in loggers and spec.rank == 0 else None)
         self.last_row: dict = {}
         self.rolling = RollingEpisodes()
         self._last_progress = -math.inf

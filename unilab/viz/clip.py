@@ -121,7 +121,7 @@ def _to_tensorboard(run_dir: Path, iteration: int, strip) -> None:
 
     tb = run_dir / TENSORBOARD_DIR
     if not tb.is_dir():
-        return  # training.tensorboard=false
+        return  # training.logger without tensorboard
     from torch.utils.tensorboard import SummaryWriter
 
     with SummaryWriter(log_dir=str(tb), filename_suffix=".clips") as w:
