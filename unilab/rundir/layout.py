@@ -5,6 +5,7 @@
       runtime_manifest.json  manifest.py: how the run executed (ranks, PIDs, MPS evidence)
       metrics.jsonl          metrics.py: one row per iteration (rank 0; rank r under rank_<r>/)
       tensorboard/           metrics.py: the same rows for TensorBoard
+      wandb/                 wandb_sink.py: the same rows for W&B (training.logger; written by wandb)
       checkpoints/           checkpoint.py: iter_NNNNNNN.pt and the latest.pt link
       run_summary.json       summary.py: how the run ended
       policy.onnx            training.export_onnx=true (with unilab export's metadata)
