@@ -72,7 +72,10 @@ def test_rows_logged_are_the_metrics_rows_numbers_at_their_iteration(tmp_path, f
 def test_a_resumed_run_continues_the_same_wandb_run(tmp_path, fake_wandb):
     run = tmp_path / "walk"
     write_iterations(run, range(4))
-    first_t0 = read_metrics(run)[0]["time"]
+    # the first segment ran a while ago: its rows are stamped 100 s earlier
+    earlier = [{**r, "time": r["time"] - 100.0} for r in read_metrics(run)]
+    (run / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in earlier))
+    first_t0 = earlier[0]["time"]
     fake_wandb.calls.clear()
     write_iterations(run, range(2, 5), start_iteration=2)  # resumed from the checkpoint of iteration 2
     (_, init), = of_kind(fake_wandb.calls, "init")
@@ -82,6 +85,7 @@ def test_a_resumed_run_continues_the_same_wandb_run(tmp_path, fake_wandb):
     rows = read_metrics(run)
     assert [r["iteration"] for r in rows] == [0, 1, 2, 3, 4] and rows[0]["time"] == first_t0
     # wall-clock time still counts from the run's first row, not from the resume
+    assert logs[0][1]["wall_clock_s"] >= 100.0
     assert math.isclose(logs[-1][1]["wall_clock_s"], rows[-1]["time"] - first_t0, abs_tol=2e-3)
 
 
