@@ -71,17 +71,26 @@ def start(host: ToolHost, opts: StartOptions) -> int:
                      foreground=opts.foreground, compute_mode_set=mode_set,
                      previous_compute_mode=previous_mode if mode_set else None, binary=binary, uid=uid,
                      started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    if opts.foreground:
-        # Ctrl-C from here on must quit the daemon: held back until _run_foreground waits for it.
-        signal.pthread_sigmask(signal.SIG_BLOCK, _QUIT_SIGNALS)
-    state.write(layout.state_file)
-    print(f"unilab mps: control daemon pid {pid} for {gpu.uuid} ({gpu.name}); pipe {layout.pipe_dir}, "
-          f"log {layout.log_dir}" + ("; compute mode EXCLUSIVE_PROCESS" if opts.exclusive else ""), file=sys.stderr)
-    print("\n".join(state.exports()), flush=True)
     if not opts.foreground:
+        _announce(state, layout, gpu, opts)
         print("unilab mps: stop it with `unilab mps stop" + _where(opts) + "`", file=sys.stderr)
         return 0
+    # Ctrl-C from here on must quit the daemon: held back until _run_foreground waits for it.
+    signal.pthread_sigmask(signal.SIG_BLOCK, _QUIT_SIGNALS)
+    try:
+        _announce(state, layout, gpu, opts)
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _QUIT_SIGNALS)
+        raise
     return _run_foreground(host, proc, layout, state, opts.timeout_s)
+
+
+def _announce(state: MpsState, layout: Layout, gpu, opts: StartOptions) -> None:
+    """The state file, then the daemon's line and its exports for the user."""
+    state.write(layout.state_file)
+    print(f"unilab mps: control daemon pid {state.daemon_pid} for {gpu.uuid} ({gpu.name}); pipe {layout.pipe_dir}, "
+          f"log {layout.log_dir}" + ("; compute mode EXCLUSIVE_PROCESS" if opts.exclusive else ""), file=sys.stderr)
+    print("\n".join(state.exports()), flush=True)
 
 
 def _launch(host: ToolHost, binary: str, env: dict, layout: Layout, opts: StartOptions):
