@@ -29,7 +29,7 @@
 #                                       a learning run, detached (setsid nohup): K segments of S s each, ended by
 #                                       SIGTERM through timeout and joined by training.resume, then `unilab plot`;
 #                                       call it once per run to put several side by side under one daemon
-#   soak --algo A --task T --envs N --seconds S [--execution mps] [--gpu G] [--name X] [--interval 60] [--warmup 120]
+#   soak --algo A --task T --envs N --seconds S [--execution mps] [--gpu G] [--name X] [--interval 60] [--warmup auto|S]
 #                                       a run of S seconds (then SIGINT) sampled by benchmarks/soak_sample.py every
 #                                       --interval s (RSS, GPU memory per process), then its --report (growth <= 2 %);
 #                                       longer than a device command: start it with `bg`, then `wait`
@@ -109,7 +109,7 @@ use_gpu() {  # G: no MPS, CUDA's device 0 = GPU G (nvidia-smi's index)
 
 # ---- options ------------------------------------------------------------------------------------------
 ALGO="" TASK="" ENVS="" GPU=0 GPUS="0,1" SEEDS="" SEED="" THRESHOLD=10 ARMS="default,mps" NAME="" SECONDS_=""
-SEGMENTS=1 EXECUTION=mps KEYS="" ITERS=200 DEVICES="" RAW=0 FOREGROUND=0 WAIT="" OVERRIDES=() INTERVAL=60 WARMUP=120
+SEGMENTS=1 EXECUTION=mps KEYS="" ITERS=200 DEVICES="" RAW=0 FOREGROUND=0 WAIT="" OVERRIDES=() INTERVAL=60 WARMUP=auto
 parse() {  # the options of gate, ab, side-by-side, learn, mps-*
   while [ $# -gt 0 ]; do
     case $1 in

@@ -1,7 +1,7 @@
 """A soak test's sampler: the memory of every process of a training run, over hours, and whether it grows.
 
     python benchmarks/soak_sample.py RUN_DIR_OR_LAUNCHER_PID --out soak.jsonl [--interval 60] [--duration S]
-    python benchmarks/soak_sample.py --report soak.jsonl [--warmup 120] [--max-growth 2]
+    python benchmarks/soak_sample.py --report soak.jsonl [--warmup auto|SECONDS] [--max-growth 2]
 
 Sampling: every --interval seconds, the resident memory (RSS, /proc) of the launcher and each of its
 descendants (learner, collector, play), and each one's GPU memory through NVML (nvidia-ml-py:
@@ -9,8 +9,10 @@ nvmlDeviceGetComputeRunningProcesses, and nvmlDeviceGetMPSComputeRunningProcesse
 where NVML lists no process (some MPS setups), the GPU's total used memory instead. Without NVML the
 GPU columns are empty. It ends when the launcher has exited, or after --duration seconds.
 
---report: per process and kind of memory, the value at the first sample after --warmup seconds, the last
-value and the growth in %, plus the run's ingress backpressure and NaN-guard counters (metrics.jsonl) and
+--report: per process and kind of memory, the value at the first sample after the warm-up, the last
+value and the growth in %. The warm-up (--warmup auto, the default) ends one sample after the run's first
+metrics row: by then the kernels and the losses are compiled and the replay is filled, however long that
+took (minutes with cold caches and several runs compiling at once); --warmup SECONDS sets it instead. Also plus the run's ingress backpressure and NaN-guard counters (metrics.jsonl) and
 its status (run_summary.json). Exit status 0 when no growth exceeds --max-growth %, 1 otherwise, 2 on
 bad input.
 """
@@ -24,11 +26,12 @@ import sys
 import time
 from pathlib import Path
 
-from unilab.rundir.layout import LOCK_FILE, MANIFEST_FILE, SUMMARY_FILE
+from unilab.rundir.layout import LOCK_FILE, MANIFEST_FILE, METRICS_FILE, SUMMARY_FILE
 from unilab.rundir.lock import holder_pid
 from unilab.rundir.metrics import MetricsError, read_metrics
 
 MIB = 1024 * 1024
+FALLBACK_WARMUP_S = 120.0  # --warmup auto on samples that do not know the metrics file (a pid target)
 COUNTERS = ("ingress_backpressure", "nan_guard_trips")  # metrics.jsonl keys, cumulative per run segment
 
 
@@ -155,7 +158,18 @@ def sample(root: int, run_dir: Path | None, nvml, started: float) -> dict:
             procs[_name(pid, roles)] = {"pid": pid, "rss_mib": round(rss, 1),
                                         "gpu_mib": round(per_pid[pid], 1) if pid in per_pid else None}
     return {"t": round(time.monotonic() - started, 1), "time": round(time.time(), 1), "procs": procs,
-            "gpu_total_used_mib": None if total is None else round(total, 1)}
+            "gpu_total_used_mib": None if total is None else round(total, 1),
+            "metrics_bytes": _metrics_bytes(run_dir)}
+
+
+def _metrics_bytes(run_dir: Path | None) -> int | None:
+    """Size of the run's metrics.jsonl (0 until the first row): what --warmup auto reads."""
+    if run_dir is None:
+        return None
+    try:
+        return (run_dir / METRICS_FILE).stat().st_size
+    except OSError:
+        return 0
 
 
 def run_sampler(target: str, out: Path, interval: float, duration: float | None, nvml=None) -> int:
@@ -237,10 +251,29 @@ def run_counters(run_dir: Path | None) -> dict:
     return out
 
 
-def report(path: Path, warmup: float, max_growth: float) -> int:
+def auto_warmup(rows: list[dict]) -> tuple[float, str]:
+    """(seconds, how they were found): one sample after the first that saw metrics rows."""
+    sizes = [r.get("metrics_bytes") for r in rows]
+    if all(size is None for size in sizes):
+        return FALLBACK_WARMUP_S, f"{FALLBACK_WARMUP_S:g} s (the samples do not know the run's metrics)"
+    first = next((i for i, size in enumerate(sizes) if size), None)
+    if first is None:
+        raise UsageError("the run wrote no metrics row while it was sampled: give --warmup SECONDS")
+    if first + 1 >= len(rows):
+        raise UsageError(f"no sample after the warm-up (metrics began at {rows[first]['t']:g} s, the last sample)")
+    return rows[first + 1]["t"], f"{rows[first + 1]['t']:g} s (one sample after the first metrics row)"
+
+
+def report(path: Path, warmup: float | None, max_growth: float) -> int:
+    """warmup: seconds, or None for auto."""
     header, rows = read_samples(path)
     if not rows:
         raise UsageError(f"{path}: no samples")
+    if warmup is None:
+        warmup, how = auto_warmup(rows)
+    else:
+        how = f"{warmup:g} s"
+    print(f"warm-up: {how}")
     table = growth_table(rows, warmup)
     if not table:
         raise UsageError(f"{path}: no sample after the warm-up ({warmup:g} s; the last is at {rows[-1]['t']:g} s)")
@@ -262,6 +295,18 @@ def report(path: Path, warmup: float, max_growth: float) -> int:
     return 1 if failed else 0
 
 
+def _warmup(text: str) -> float | None:
+    if text == "auto":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: auto or a number of seconds") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: auto or a finite number of seconds >= 0")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("target", nargs="?", help="a run directory of a running training, or its launcher's pid")
@@ -269,7 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=60.0, help="seconds between samples")
     parser.add_argument("--duration", type=float, help="stop sampling after this many seconds")
     parser.add_argument("--report", type=Path, metavar="SAMPLES", help="report on a samples file instead")
-    parser.add_argument("--warmup", type=float, default=120.0, help="seconds of the run excluded from the growth")
+    parser.add_argument("--warmup", type=_warmup, default=None, metavar="auto|SECONDS",
+                        help="the start excluded from the growth: auto (default) ends it one sample after the run's "
+                             "first metrics row; or seconds")
     parser.add_argument("--max-growth", type=float, default=2.0, help="the growth in %% that fails the soak")
     args = parser.parse_args(argv)
     try:

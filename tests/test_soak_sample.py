@@ -82,6 +82,40 @@ def test_report_fails_on_growth_and_names_the_series(tmp_path, capsys):
     assert soak.main(["--report", str(path), "--max-growth", "10"]) == 0
 
 
+def test_auto_warmup_ends_one_sample_after_the_first_metrics_row(tmp_path, capsys):
+    """The compile and the replay fill took 180 s here (no metrics until then), longer than any fixed guess:
+    auto leaves that growth out; counted from 0 s it fails the soak."""
+    run = tmp_path / "run"
+    run.mkdir()
+    samples = [(0, 500, 0), (60, 600, 0), (120, 650, 0), (180, 1200, 900), (240, 1500, 4000), (600, 1505, 9000)]
+    lines = [json.dumps({"header": {"launcher_pid": 1, "run_dir": str(run)}})]
+    lines += [json.dumps({"t": t, "procs": {"learner": {"pid": 2, "rss_mib": rss, "gpu_mib": None}},
+                          "gpu_total_used_mib": None, "metrics_bytes": size}) for t, rss, size in samples]
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    assert soak.main(["--report", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "warm-up: 240 s (one sample after the first metrics row)" in out and "0.33" in out
+    assert soak.main(["--report", str(path), "--warmup", "120"]) == 1
+    assert "FAIL: 1 of 1 series" in capsys.readouterr().out
+    assert soak._metrics_bytes(run) == 0 and soak._metrics_bytes(None) is None
+    (run / "metrics.jsonl").write_text("{}\n")
+    assert soak._metrics_bytes(run) == 3
+
+
+def test_auto_warmup_without_metrics_is_bad_input(tmp_path, capsys):
+    lines = [json.dumps({"header": {"launcher_pid": 1, "run_dir": "/nowhere"}})]
+    lines += [json.dumps({"t": t, "procs": {"learner": {"pid": 2, "rss_mib": 500, "gpu_mib": None}},
+                          "gpu_total_used_mib": None, "metrics_bytes": 0}) for t in (0, 60, 120)]
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    assert soak.main(["--report", str(path)]) == 2
+    assert "no metrics row" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        soak.main(["--report", str(path), "--warmup", "soon"])
+    assert exit_.value.code == 2
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--report", "missing.jsonl"], "no such file"),
     (["12345678", "--out", "OUT"], "no process 12345678"),
