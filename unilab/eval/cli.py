@@ -89,13 +89,14 @@ class _TrackingEval:
         motion = self.settings.motion or task.get("motion_file")
         if self.settings.motion is not None:
             try:
-                check_motion_file(self.settings.motion)
+                library = check_motion_file(self.settings.motion)
             except ValueError as exc:
                 raise EvalInputError(str(exc).replace("task.motion_file", "--motion")) from None
-        try:
-            library = load_motion_library(motion if motion is not None else default_clip_path())
-        except ValueError as exc:  # the run's own motion file moved or changed since training
-            raise EvalInputError(f"the motion to evaluate on: {exc}") from None
+        else:
+            try:
+                library = load_motion_library(motion if motion is not None else default_clip_path())
+            except ValueError as exc:  # the run's own motion file moved or changed since training
+                raise EvalInputError(f"the motion to evaluate on: {exc}") from None
         self.max_clip_s = max(c.duration for c in library.clips)
         self.num_clips = library.num_clips
         self.fields = {"motion": str(motion) if motion is not None else None, "clips": list(library.names)}

@@ -167,12 +167,16 @@ class Supervisor:
 
     # ---------------------------------------------------------------- messages
 
-    def _receive_pending(self) -> None:
+    def _queued(self):
+        """The messages queued now, without waiting (a closed or broken queue has none)."""
         while True:
             try:
-                msg = self.inbox.get_nowait()
+                yield self.inbox.get_nowait()
             except (queue.Empty, OSError, ValueError):
                 return
+
+    def _receive_pending(self) -> None:
+        for msg in self._queued():
             self.handle(msg)
 
     def handle(self, msg) -> None:
@@ -225,11 +229,7 @@ class Supervisor:
 
     def drain(self) -> None:
         """Read what the exited children left queued: a traceback, a summary."""
-        while True:
-            try:
-                msg = self.inbox.get_nowait()
-            except (queue.Empty, OSError, ValueError):
-                return
+        for msg in self._queued():
             if isinstance(msg, Failed) and self.traceback is None:
                 self.traceback = msg.traceback
                 self.failed_role = self.failed_role or msg.name
