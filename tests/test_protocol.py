@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from unilab.runtime.messages import Mailbox, StallError, StopRequested
+from unilab.runtime.shared import leave_peer
 from unilab.runtime.protocol import (COLLECTOR_INBOX, EPISODE_STATS, LAUNCHER_INBOX, LEARNER_INBOX, LOSSES,
                                      MAX_TASK_METRICS, TRANSITION_FIELDS, Act, Buffers, ChunkReady, Failed, Finished,
-                                     IterationStats, LearnerEvents, Obs, ProtocolError, Ready, SlotFree, Stop,
+                                     IterationStats, LearnerEvents, Obs, ProtocolError, Ready, Released, SlotFree, Stop,
                                      transition_shapes)
 
 LONG = 120.0  # a stall timeout the tests must never wait for
@@ -28,7 +29,9 @@ def mailbox(accepts, *messages) -> Mailbox:
 
 def test_every_message_type_belongs_to_exactly_one_inbox():
     inboxes = [LAUNCHER_INBOX, LEARNER_INBOX, COLLECTOR_INBOX]
-    kinds = [kind for inbox in inboxes for kind in inbox]
+    # Released goes both ways between the learner and the collector; every other type has one receiver.
+    assert Released in LEARNER_INBOX and Released in COLLECTOR_INBOX and Released not in LAUNCHER_INBOX
+    kinds = [kind for inbox in inboxes for kind in inbox if kind is not Released] + [Released]
     import dataclasses
 
     import unilab.runtime.protocol as protocol
@@ -235,3 +238,55 @@ def test_a_child_waiting_for_the_go_leaves_within_2_s(tmp_path, how):
     finally:
         launcher.kill()
         launcher.wait()
+
+
+# ---------------------------------------------------------------- the end of a run: the release handshake
+
+
+def test_a_stopping_child_waits_for_its_peers_release_even_when_asked_to_stop():
+    """The exporter of CUDA IPC buffers must outlive its peer's GPU work on them: the stop request that ends the
+    run must not cut this wait short."""
+    box = mailbox(COLLECTOR_INBOX)
+    box.stop_event.set()
+    threading.Timer(0.4, box.inbox.put, args=(Released("learner"),)).start()
+    t0 = time.monotonic()
+    assert box.wait_for_peer(Released, timeout_s=10.0)
+    assert 0.35 <= time.monotonic() - t0 < 5.0
+
+
+def test_a_release_that_arrived_earlier_counts_and_other_messages_are_dropped():
+    box = mailbox(COLLECTOR_INBOX, Act(3), Released("learner"))
+    assert box.poll(Act) == Act(3)  # Released was kept by the drain, not lost
+    assert box.wait_for_peer(Released, timeout_s=0.0)
+    late = mailbox(COLLECTOR_INBOX, SlotFree(0), Obs(1), Released("learner"))  # Obs: not the collector's
+    assert late.wait_for_peer(Released, timeout_s=5.0)
+
+
+def test_the_wait_for_a_peer_that_never_answers_ends_after_its_timeout():
+    box = mailbox(LEARNER_INBOX, Obs(1))
+    t0 = time.monotonic()
+    assert not box.wait_for_peer(Released, timeout_s=0.5)
+    assert 0.45 <= time.monotonic() - t0 < 3.0
+
+
+def test_leave_peer_waits_for_the_device_before_it_tells_the_peer(monkeypatch):
+    order = []
+    peer = queue.Queue()
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: order.append(("sync", str(device))))
+    real_put = peer.put
+    monkeypatch.setattr(peer, "put", lambda msg: (order.append(("put", msg)), real_put(msg)))
+    leave_peer("collector", "cuda:0", peer)
+    assert order == [("sync", "cuda:0"), ("put", Released("collector"))]
+    order.clear()
+    leave_peer("learner", "cpu", peer)  # nothing queued on a device: no sync
+    assert order == [("put", Released("learner"))]
+
+
+def test_leave_peer_still_releases_when_the_context_is_broken(monkeypatch):
+    def broken(device=None):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(torch.cuda, "synchronize", broken)
+    peer = queue.Queue()
+    leave_peer("learner", "cuda:0", peer)
+    assert peer.get_nowait() == Released("learner")

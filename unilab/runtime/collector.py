@@ -15,7 +15,7 @@ from collections import deque
 from .child_log import leave, log_stderr
 from .messages import Mailbox, StopRequested, become_child
 from .protocol import (COLLECTOR_INBOX, MAX_TASK_METRICS, Act, Buffers, ChunkReady, Failed, LearnerEvents, Obs, Phase,
-                       SlotFree)
+                       Released, SlotFree)
 from .spec import RoleSpec, report_ready
 
 TASK_METRIC_GROUPS = ("rew", "term", "metrics")
@@ -26,19 +26,25 @@ TICK_STAMPS = ("write_start", "step_start", "step_end", "write_end")
 
 
 def collector_main(spec: RoleSpec, inbox, to_learner, to_launcher, stop_event) -> None:
-    log_stderr(spec.run_dir, spec.name("collector"))
+    name = spec.name("collector")
+    log_stderr(spec.run_dir, name)
     become_child("collector")
     code = 0
+    mailbox = Mailbox(name, inbox, stop_event, COLLECTOR_INBOX)
     try:
-        collector = Collector(spec, Mailbox(spec.name("collector"), inbox, stop_event, COLLECTOR_INBOX), to_learner,
-                              to_launcher)
+        collector = Collector(spec, mailbox, to_learner, to_launcher)
         collector.connect()
         collector.run()
     except StopRequested:
         pass
     except BaseException:
-        to_launcher.put(Failed(spec.name("collector"), traceback.format_exc()))
+        to_launcher.put(Failed(name, traceback.format_exc()))
         code = 1
+    from .shared import RELEASE_WAIT_S, leave_peer
+
+    # This process exported the buffers the learner reads: it stays until the learner's GPU work is done with them.
+    leave_peer(name, spec.device, to_learner)
+    mailbox.wait_for_peer(Released, RELEASE_WAIT_S)
     # the learner may be gone (killed): what is still queued for it must not hold this process's exit
     to_learner.cancel_join_thread()
     leave(to_launcher, code)

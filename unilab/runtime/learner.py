@@ -23,7 +23,7 @@ from unilab.rundir.layout import POLICY_ONNX_FILE
 from .child_log import leave, log_stderr
 from .messages import Mailbox, StopRequested, become_child, wait_event
 from .protocol import (LEARNER_INBOX, LOSSES, ROLLING_EPISODES, TRANSITION_FIELDS, Act, Buffers, ChunkReady, Failed,
-                       Finished, IterationStats, LearnerEvents, Obs, Phase, Progress, SlotFree, Stop)
+                       Finished, IterationStats, LearnerEvents, Obs, Phase, Progress, Released, SlotFree, Stop)
 from .spec import RoleSpec, report_ready
 
 
@@ -34,8 +34,9 @@ def learner_main(spec: RoleSpec, inbox, to_collector, to_launcher, stop_event, g
     become_child("learner")
     loop = None
     code = 0
+    mailbox = Mailbox(name, inbox, stop_event, LEARNER_INBOX)
     try:
-        built = LearnerLoop(spec, Mailbox(name, inbox, stop_event, LEARNER_INBOX), to_collector, to_launcher)
+        built = LearnerLoop(spec, mailbox, to_collector, to_launcher)
         wait_for_go(go_event, spec.startup_timeout_s, stop_event, name)
         built.phase(f"training: {built.max_iterations} iterations of {built.dims.num_envs} envs x "
                     f"{built.dims.ticks_per_slot} steps")
@@ -49,8 +50,15 @@ def learner_main(spec: RoleSpec, inbox, to_collector, to_launcher, stop_event, g
         to_launcher.put(Failed(name, traceback.format_exc()))
         code = 1
     finally:
+        from .shared import RELEASE_WAIT_S, leave_peer  # torch: imported in the child only
+
+        if loop is not None:
+            loop.leave_collector()
+        else:
+            leave_peer(name, spec.device, to_collector)
         to_collector.put(Stop())
         to_collector.cancel_join_thread()  # a collector that is gone (killed) never reads it: do not wait at exit
+        mailbox.wait_for_peer(Released, RELEASE_WAIT_S)  # its GPU work may still wait on this process's events
         if loop is not None:
             loop.close()
     leave(to_launcher, code)  # everything is saved and reported
@@ -119,6 +127,7 @@ class LearnerLoop:
         self.spec = spec
         self.mailbox = mailbox
         self.to_collector = to_collector
+        self.left_collector = False
         self.to_launcher = to_launcher
         self.device = device = torch.device(spec.device)
         if device.type == "cpu":
@@ -419,9 +428,19 @@ class LearnerLoop:
                 "action_dim": self.dims.action_dim}
         return {"config": structure_of(self.spec.config), "dims": dims}
 
+    def leave_collector(self) -> None:
+        """This process's GPU work has ended and the collector is told so (shared.leave_peer); once only."""
+        from .shared import leave_peer
+
+        if not self.left_collector:
+            self.left_collector = True
+            leave_peer(self.spec.name("learner"), self.device, self.to_collector)
+
     def save_on_stop(self) -> dict:
-        """Stopped early: the pending metric rows first (a resume continues after the checkpoint's iteration,
-        so rows left unwritten would be a gap), then the checkpoint. A failure of either is reported."""
+        """Stopped early: the collector is released first (it may be stopping already, and must not exit while
+        an update still reads its slots), then the pending metric rows (a resume continues after the checkpoint's
+        iteration, so rows left unwritten would be a gap), then the checkpoint. A failure of either is reported."""
+        self.leave_collector()
         out = self.summary("interrupted")
         try:
             while self.pending:

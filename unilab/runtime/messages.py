@@ -88,6 +88,27 @@ class Mailbox:
                 raise StopRequested()
             self._keep(msg)
 
+    def wait_for_peer(self, kind: type, timeout_s: float) -> bool:
+        """The last wait of a stopping child: for the peer's `kind` message, whether or not a stop was requested
+        (this wait is part of the stop). Other messages are dropped. False after `timeout_s` (a peer that was
+        killed never answers) or once the launcher is gone."""
+        self._check_kind(kind)
+        if self._pending[kind]:
+            return True
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            if os.getppid() != self.parent_pid:
+                return False
+            try:
+                msg = self.inbox.get(timeout=min(WATCH_S, left))
+            except queue.Empty:
+                continue
+            except (EOFError, OSError):  # the queue's other end is gone
+                return False
+            if type(msg) is kind:
+                return True
+        return False
+
     def poll(self, kind: type[M]) -> M | None:
         """A message of type `kind` if one has arrived, without waiting."""
         self._check_kind(kind)

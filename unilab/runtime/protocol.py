@@ -143,9 +143,17 @@ class Stop:
     """The learner has ended: the collector stops. Every child's mailbox understands it."""
 
 
+@dataclass(frozen=True)
+class Released:
+    """The sender's GPU work has completed (a device sync) and it touches the peer's shared buffers and events no
+    more: the peer may exit. Each role sends it before it exits, then waits for the other's (shared.leave_peer)."""
+
+    role: str
+
+
 LAUNCHER_INBOX = (Ready, Failed, Finished, Phase, Progress)
-LEARNER_INBOX = (Buffers, Obs, ChunkReady)
-COLLECTOR_INBOX = (LearnerEvents, Act, SlotFree)
+LEARNER_INBOX = (Buffers, Obs, ChunkReady, Released)
+COLLECTOR_INBOX = (LearnerEvents, Act, SlotFree, Released)
 
 
 class ProtocolError(RuntimeError):

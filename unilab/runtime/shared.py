@@ -12,7 +12,11 @@ from dataclasses import dataclass
 
 import torch
 
-from .protocol import EPISODE_STATS, MAX_TASK_METRICS, transition_shapes
+from .protocol import EPISODE_STATS, MAX_TASK_METRICS, Released, transition_shapes
+
+# How long a stopping child waits for its peer's Released before it exits anyway: well inside the launcher's
+# STOP_GRACE_S, and enough for a peer that is saving (it releases before it saves).
+RELEASE_WAIT_S = 5.0
 
 
 @dataclass
@@ -60,3 +64,20 @@ class CrossProcessEvent:
 
 def share(t: torch.Tensor) -> torch.Tensor:
     return t if t.is_cuda else t.share_memory_()
+
+
+def leave_peer(role: str, device: torch.device | str, to_peer) -> None:
+    """The end of this process's use of its peer's shared GPU memory and events: wait for every piece of GPU work
+    this process queued, then tell the peer (`Released`).
+
+    Before a child exits it calls this, then waits for the peer's `Released` (Mailbox.wait_for_peer). Exiting
+    with GPU work in flight, or while the peer may still read memory this process exported (CUDA IPC frees it with
+    the exporter) or wait on its events, is undefined behaviour for CUDA; under MPS it is a fatal fault for every
+    client of the GPU, so other runs sharing the daemon would fail with this one's stop."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        try:
+            torch.cuda.synchronize(device)
+        except Exception:  # noqa: BLE001  (a context broken by a fault: nothing in it will complete; leave)
+            pass
+    to_peer.put(Released(role))
