@@ -36,7 +36,8 @@
 #   faults --algo A --task T --envs N [--gpu G]
 #                                       under GPU G's daemon (mps-start first): kill -9 of the learner mid-run, then
 #                                       kill -9 of the MPS server mid-run; for each the time from the kill to the
-#                                       launcher's exit, its exit status and the run's cause
+#                                       launcher's exit, its exit status and the run's cause; then two runs side by
+#                                       side under the daemon and SIGINT to one: the other must go on (its rows grow)
 #   bg NAME SUBCOMMAND ...              any subcommand detached (setsid nohup), log DIR/NAME.log
 #   wait [SECONDS]  (= learn --wait S)  follow the detached jobs until they end or SECONDS pass (default 500)
 #   collect                             DIR and the run folders (no checkpoints) -> $OUT/session.tgz
@@ -421,6 +422,47 @@ fault_run() {  # VICTIM (learner | server): a run under GPU G's daemon, kill -9 
    echo "console (last lines):"; tail -8 "$S/$name.log")
 }
 
+rows() { cat "$1/metrics.jsonl" 2> /dev/null | wc -l; }
+
+neighbour_stop() {  # two runs side by side under GPU G's daemon; SIGINT to the first; the second must go on
+  local dir=/tmp/faults a=faults_stop_a b=faults_stop_b pa pb n0 rc
+  local args=(--algo "$ALGO" --task "$TASK" training.device=cuda:0 task.num_envs="$ENVS" algo.max_iterations=10000000
+              training.log_dir=$dir +execution=mps "${OVERRIDES[@]}")
+  note_dir "$dir/$a"; note_dir "$dir/$b"
+  log "faults: SIGINT to one of two runs side by side under GPU $GPU's daemon; the other must go on"
+  run rm -rf "$dir/$a" "$dir/$b"
+  if [ "$DRY" = 1 ]; then
+    use_daemon "$GPU"
+    echo "$(q "${TRAIN_CMD[@]}" "${args[@]}" training.run_name=$a) > $(q "$S/$a.log") 2>&1 &"
+    echo "$(q "${TRAIN_CMD[@]}" "${args[@]}" training.run_name=$b) > $(q "$S/$b.log") 2>&1 &"
+    echo "# after 3 metrics rows in each: SIGINT to $a's launcher; when it has exited, $b's rows must grow for 30 s"
+    echo "# then: SIGINT to $b; both run_summary.json: status, exit codes"
+    return 0
+  fi
+  (use_daemon "$GPU"
+   "${TRAIN_CMD[@]}" "${args[@]}" training.run_name=$a > "$S/$a.log" 2>&1 &
+   pa=$!
+   "${TRAIN_CMD[@]}" "${args[@]}" training.run_name=$b > "$S/$b.log" 2>&1 &
+   pb=$!
+   until [ "$(rows "$dir/$a")" -ge 3 ] && [ "$(rows "$dir/$b")" -ge 3 ]; do
+     kill -0 "$pa" 2> /dev/null && kill -0 "$pb" 2> /dev/null || { echo "a run ended before its third metrics row"; exit 1; }
+     sleep 1
+   done
+   kill -INT "$pa"; wait "$pa"; rc=$?
+   n0=$(rows "$dir/$b"); sleep 30
+   if kill -0 "$pb" 2> /dev/null && [ "$(rows "$dir/$b")" -gt "$n0" ]; then
+     echo "faults stop: $a stopped (rc=$rc); $b went on: $n0 -> $(rows "$dir/$b") rows in the 30 s after"
+   else
+     echo "faults stop: $a stopped (rc=$rc); $b did NOT go on ($n0 -> $(rows "$dir/$b") rows); its console:"
+     tail -8 "$S/$b.log"
+   fi
+   kill -INT "$pb" 2> /dev/null; wait "$pb"
+   for r in "$a" "$b"; do
+     "$PYTHON" -c "import json, sys; s = json.load(open(sys.argv[1])); print(sys.argv[2], s['status'], s['cause'], s['exit_codes'])" \
+       "$dir/$r/run_summary.json" "$r"
+   done)
+}
+
 cmd_faults() {
   need ALGO TASK ENVS
   require_daemon "$GPU"
@@ -428,6 +470,7 @@ cmd_faults() {
   fault_run server
   log "the daemon after its server was killed (a new client starts a new server)"
   run "${UNILAB_CMD[@]}" mps status
+  neighbour_stop
 }
 
 detach() {  # NAME CMD...: run CMD in its own session, immune to the end of this command; DIR/NAME.log, DIR/jobs/NAME.rc

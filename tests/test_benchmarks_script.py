@@ -133,13 +133,16 @@ def test_soak_expansion():
 
 def test_faults_expansion():
     lines = dry("faults", "--algo", "fastsac", "--task", "g1_walk_flat", "--envs", "1024", "--gpu", "1")
-    assert lines.count('eval "$(unilab mps env --gpu 1)"') == 2
+    assert lines.count('eval "$(unilab mps env --gpu 1)"') == 3
     trains = [line for line in lines if line.startswith("train ")]
-    assert [t.split("training.run_name=")[1].split()[0] for t in trains] == ["faults_learner", "faults_server"]
+    assert [t.split("training.run_name=")[1].split()[0] for t in trains] == [
+        "faults_learner", "faults_server", "faults_stop_a", "faults_stop_b"]
     assert all("+execution=mps" in t and t.endswith("2>&1 &") for t in trains)
     kills = [line for line in lines if line.startswith("# after 3 metrics rows: kill -9")]
     assert "learner_pid" in kills[0] and "get_server_list" in kills[1]
-    assert commands(lines)[-1] == "unilab mps status"
+    cmds = commands(lines)
+    assert "unilab mps status" in cmds and cmds.index("unilab mps status") < len(cmds) - 1  # before the stop test
+    assert any(line.startswith("# after 3 metrics rows in each: SIGINT to faults_stop_a") for line in lines)
 
 
 def test_missing_option_is_an_error():

@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from unilab.runtime.messages import Mailbox, StallError, StopRequested
+from unilab.runtime.messages import Mailbox, StallError, StopRequested, flush
 from unilab.runtime.shared import leave_peer
 from unilab.runtime.protocol import (COLLECTOR_INBOX, EPISODE_STATS, LAUNCHER_INBOX, LEARNER_INBOX, LOSSES,
                                      MAX_TASK_METRICS, TRANSITION_FIELDS, Act, Buffers, ChunkReady, Failed, Finished,
@@ -290,3 +290,32 @@ def test_leave_peer_still_releases_when_the_context_is_broken(monkeypatch):
     peer = queue.Queue()
     leave_peer("learner", "cuda:0", peer)
     assert peer.get_nowait() == Released("learner")
+
+
+def _put_and_exit_at_once(channel, with_flush: bool) -> None:
+    import os
+
+    channel.put(Released("collector"))
+    if with_flush:
+        flush(channel)
+    else:
+        channel.cancel_join_thread()
+    os._exit(0)  # as a child leaves: no interpreter teardown
+
+
+def test_a_message_put_just_before_the_exit_arrives_when_flushed():
+    ctx = mp.get_context("fork")
+    channel = ctx.Queue()
+    child = ctx.Process(target=_put_and_exit_at_once, args=(channel, True))
+    child.start()
+    child.join(10)
+    assert child.exitcode == 0
+    assert channel.get(timeout=5) == Released("collector")
+
+
+def test_the_flush_of_a_channel_nobody_reads_is_bounded():
+    channel = mp.get_context("fork").Queue()
+    channel.put(b"x" * (1 << 20))  # more than the pipe holds: the feeder thread blocks on a reader that never comes
+    t0 = time.monotonic()
+    flush(channel, timeout_s=0.3)
+    assert time.monotonic() - t0 < 3.0

@@ -79,6 +79,14 @@ def test_fastsac_walk_flat_trains_end_to_end(finished_run):
     assert list((run / "tensorboard").glob("events.*"))
     assert "steps/s" in done.stderr  # the console progress line
     assert not pid_alive(rank["learner_pid"]) and not pid_alive(rank["collector_pid"])
+    assert_released_each_other(run)
+
+
+def assert_released_each_other(run: Path) -> None:
+    """Both children waited for their own GPU work and told the other before they exited (no release timed out)."""
+    for role in ("learner", "collector"):
+        log = (run / "logs" / f"{role}.stderr").read_text()
+        assert "did not release" not in log, log[-2000:]
 
 
 def test_the_console_names_each_phase_in_order(finished_run):
@@ -241,6 +249,7 @@ def test_signal_stops_both_saves_and_marks_interrupted(tmp_path, sig, group):
     assert [r["iteration"] for r in read_metrics(run)] == list(range(s["iterations"]))
     rank = json.loads((run / "runtime_manifest.json").read_text())["ranks"][0]
     assert not pid_alive(rank["learner_pid"]) and not pid_alive(rank["collector_pid"])
+    assert_released_each_other(run)
 
 
 def test_a_failed_stop_time_checkpoint_is_recorded(tmp_path):

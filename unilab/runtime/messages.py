@@ -136,6 +136,17 @@ class Mailbox:
                                 f"to it (it takes {_names(self.accepts)})")
 
 
+def flush(channel, timeout_s: float = 1.0) -> None:
+    """Close `channel` (a multiprocessing queue this process writes) and push what is still buffered into its pipe,
+    waiting at most `timeout_s`. An exit would otherwise drop it (the last message, e.g. Released, never arrives) or,
+    with a reader that is gone and a full pipe, block forever; so the wait is bounded and then abandoned."""
+    channel.close()
+    pusher = threading.Thread(target=channel.join_thread, name="flush", daemon=True)
+    pusher.start()
+    pusher.join(timeout_s)
+    channel.cancel_join_thread()  # still stuck: the exit must not wait for it
+
+
 def _names(kinds) -> str:
     return ", ".join(k.__name__ for k in kinds)
 

@@ -66,6 +66,11 @@ def share(t: torch.Tensor) -> torch.Tensor:
     return t if t.is_cuda else t.share_memory_()
 
 
+def peer_not_released(role: str, peer: str) -> str:
+    """The line a child writes to its log when its peer's Released did not come (the peer was killed or is stuck)."""
+    return f"{role}: the {peer} did not release its use of the shared GPU buffers within {RELEASE_WAIT_S:g} s; leaving"
+
+
 def leave_peer(role: str, device: torch.device | str, to_peer) -> None:
     """The end of this process's use of its peer's shared GPU memory and events: wait for every piece of GPU work
     this process queued, then tell the peer (`Released`).
