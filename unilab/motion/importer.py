@@ -288,7 +288,7 @@ def import_motion(path: Path, *, fmt: str = "auto", fps: Optional[float] = None,
                   info=None) -> MotionClip:
     """Read, check and convert `path`; raises MotionImportError on bad input (nothing is written here)."""
     from unilab.assets import g1
-    from unilab.motion.synth import _clip_from_qpos, _G1Kinematics
+    from unilab.motion.synth import G1Kinematics, clip_from_qpos
 
     warn = warn or (lambda msg: None)
     info = info or (lambda msg: None)
@@ -316,7 +316,7 @@ def import_motion(path: Path, *, fmt: str = "auto", fps: Optional[float] = None,
         fps = src.fps
 
     model = g1.build_g1_model(with_floor=False)
-    kin = _G1Kinematics(model, g1.G1_JOINT_NAMES, g1.G1_FOOT_BODIES)
+    kin = G1Kinematics(model, g1.G1_JOINT_NAMES, g1.G1_FOOT_BODIES)
     src = check_source(src, fps, quat_order=quat_order if fmt == "csv" else None,
                        clip_to_limits=clip_to_limits, joint_range=kin.joint_range, warn=warn)
     dev = fk_deviation(model, src)
@@ -329,7 +329,7 @@ def import_motion(path: Path, *, fmt: str = "auto", fps: Optional[float] = None,
             info(line)
     out_fps = out_fps or control_fps()
     qpos = resample_qpos(src, fps, out_fps)
-    clip = _clip_from_qpos(model, qpos, out_fps, kin, source=str(path))
+    clip = clip_from_qpos(model, qpos, out_fps, kin, source=str(path))
     info(f"resampled {len(src.joint_pos)} frames at {fps:g} fps to {clip.num_frames} frames at {out_fps:g} fps")
     return clip
 

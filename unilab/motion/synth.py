@@ -157,8 +157,8 @@ def quat_from_rpy(roll: float, pitch: float, yaw: float) -> np.ndarray:
     ])
 
 
-class _G1Kinematics:
-    """Forward kinematics helpers on one MjData."""
+class G1Kinematics:
+    """Forward kinematics helpers on one MjData (clip synthesis and import)."""
 
     def __init__(self, model: mujoco.MjModel, joint_names: Sequence[str], foot_bodies: Sequence[str]):
         self.m = model
@@ -199,7 +199,7 @@ class _G1Kinematics:
         return np.array([self.d.xmat[b].reshape(3, 3)[:, 2] for b in self.foot_ids])
 
 
-def _solve_ankles(kin: _G1Kinematics, qpos: np.ndarray, ankle_qadr: np.ndarray, target_up: np.ndarray,
+def _solve_ankles(kin: G1Kinematics, qpos: np.ndarray, ankle_qadr: np.ndarray, target_up: np.ndarray,
                   iters: int = 4, eps: float = 1e-5) -> None:
     """Newton on (ankle pitch, ankle roll) per foot so the foot's up axis matches `target_up`, in place."""
     for _ in range(iters):
@@ -235,7 +235,7 @@ def synthesize(
     model = model if model is not None else g1.build_g1_model(with_floor=False)
     joint_names = list(g1.G1_JOINT_NAMES)
     foot_bodies = list(g1.G1_FOOT_BODIES)
-    kin = _G1Kinematics(model, joint_names, foot_bodies)
+    kin = G1Kinematics(model, joint_names, foot_bodies)
     sides = [b.split("_")[0] for b in foot_bodies]
     ankle_qadr = np.array([[model.joint(f"{s}_ankle_pitch_joint").qposadr[0],
                             model.joint(f"{s}_ankle_roll_joint").qposadr[0]] for s in sides])
@@ -276,12 +276,13 @@ def synthesize(
         q[2] = -feet_z.min()
         qpos_traj[i] = q
 
-    return _clip_from_qpos(model, qpos_traj, fps, kin, source=f"<synth preset={preset} seed={seed}>")
+    return clip_from_qpos(model, qpos_traj, fps, kin, source=f"<synth preset={preset} seed={seed}>")
 
 
-def _clip_from_qpos(model: mujoco.MjModel, qpos_traj: np.ndarray, fps: float, kin: _G1Kinematics,
-                    source: str) -> MotionClip:
-    """Velocities by central differences, body states by forward kinematics."""
+def clip_from_qpos(model: mujoco.MjModel, qpos_traj: np.ndarray, fps: float, kin: G1Kinematics,
+                   source: str) -> MotionClip:
+    """A clip from a root + joint trajectory: velocities by central differences, body states by forward
+    kinematics (synthesis and `unilab motion import` build their clips this way)."""
     num_frames = len(qpos_traj)
     dt = 1.0 / fps
     qvel_traj = np.zeros((num_frames, model.nv))
