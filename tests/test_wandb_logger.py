@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from test_train_cli import run_dirs, run_train, spies  # noqa: F401 - spies is a fixture
+from train_calls import run_dirs, run_train, spies  # noqa: F401 - spies is a fixture
 from unilab.rundir.layout import METRICS_FILE
 from unilab.rundir.metrics import MetricsWriter, read_metrics
 from unilab.rundir.run_config import load_run_config
