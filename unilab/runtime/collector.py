@@ -8,15 +8,14 @@ slot is free the collector waits for the learner (backpressure, counted) instead
 
 from __future__ import annotations
 
-import sys
 import time
 import traceback
 from collections import deque
 
 from .child_log import leave, log_stderr
-from .messages import Mailbox, StopRequested, become_child, flush
+from .messages import Mailbox, StopRequested, become_child
 from .protocol import (COLLECTOR_INBOX, MAX_TASK_METRICS, Act, Buffers, ChunkReady, Failed, LearnerEvents, Obs, Phase,
-                       Released, SlotFree)
+                       SlotFree)
 from .spec import RoleSpec, report_ready
 
 TASK_METRIC_GROUPS = ("rew", "term", "metrics")
@@ -41,13 +40,11 @@ def collector_main(spec: RoleSpec, inbox, to_learner, to_launcher, stop_event) -
     except BaseException:
         to_launcher.put(Failed(name, traceback.format_exc()))
         code = 1
-    from .shared import RELEASE_WAIT_S, leave_peer, peer_not_released
+    from .shared import await_peer_release, leave_peer
 
     # This process exported the buffers the learner reads: it stays until the learner's GPU work is done with them.
     leave_peer(name, spec.device, to_learner)
-    flush(to_learner)  # the learner may be gone (killed): what is queued for it must not hold this exit for long
-    if not mailbox.wait_for_peer(Released, RELEASE_WAIT_S):
-        print(peer_not_released(name, "learner"), file=sys.stderr)
+    await_peer_release(name, "learner", mailbox, to_learner)
     leave(to_launcher, code)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import time
 import traceback
 from collections import deque
@@ -22,9 +21,9 @@ from unilab.mps.gemm_check import check_under_thread_share, weight_products
 from unilab.rundir.layout import POLICY_ONNX_FILE
 
 from .child_log import leave, log_stderr
-from .messages import Mailbox, StopRequested, become_child, flush, wait_event
+from .messages import Mailbox, StopRequested, become_child, wait_event
 from .protocol import (LEARNER_INBOX, LOSSES, ROLLING_EPISODES, TRANSITION_FIELDS, Act, Buffers, ChunkReady, Failed,
-                       Finished, IterationStats, LearnerEvents, Obs, Phase, Progress, Released, SlotFree, Stop)
+                       Finished, IterationStats, LearnerEvents, Obs, Phase, Progress, SlotFree, Stop)
 from .spec import RoleSpec, report_ready
 
 
@@ -51,16 +50,14 @@ def learner_main(spec: RoleSpec, inbox, to_collector, to_launcher, stop_event, g
         to_launcher.put(Failed(name, traceback.format_exc()))
         code = 1
     finally:
-        from .shared import RELEASE_WAIT_S, leave_peer, peer_not_released  # torch: imported in the child only
+        from .shared import await_peer_release, leave_peer  # torch: imported in the child only
 
         if loop is not None:
             loop.leave_collector()
         else:
             leave_peer(name, spec.device, to_collector)
         to_collector.put(Stop())
-        flush(to_collector)  # a collector that is gone (killed) never reads it: the wait is bounded
-        if not mailbox.wait_for_peer(Released, RELEASE_WAIT_S):  # its GPU work may wait on this process's events
-            print(peer_not_released(name, "collector"), file=sys.stderr)
+        await_peer_release(name, "collector", mailbox, to_collector)  # its GPU work may wait on our events
         if loop is not None:
             loop.close()
     leave(to_launcher, code)  # everything is saved and reported

@@ -8,10 +8,12 @@ no events (CPU work is complete when the message is sent).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import torch
 
+from .messages import flush
 from .protocol import EPISODE_STATS, MAX_TASK_METRICS, Released, transition_shapes
 
 # How long a stopping child waits for its peer's Released before it exits anyway: well inside the launcher's
@@ -66,11 +68,6 @@ def share(t: torch.Tensor) -> torch.Tensor:
     return t if t.is_cuda else t.share_memory_()
 
 
-def peer_not_released(role: str, peer: str) -> str:
-    """The line a child writes to its log when its peer's Released did not come (the peer was killed or is stuck)."""
-    return f"{role}: the {peer} did not release its use of the shared GPU buffers within {RELEASE_WAIT_S:g} s; leaving"
-
-
 def leave_peer(role: str, device: torch.device | str, to_peer) -> None:
     """The end of this process's use of its peer's shared GPU memory and events: wait for every piece of GPU work
     this process queued, then tell the peer (`Released`).
@@ -86,3 +83,12 @@ def leave_peer(role: str, device: torch.device | str, to_peer) -> None:
         except Exception:  # noqa: BLE001  (a context broken by a fault: nothing in it will complete; leave)
             pass
     to_peer.put(Released(role))
+
+
+def await_peer_release(role: str, peer: str, mailbox, to_peer) -> None:
+    """After leave_peer (and whatever else this process sends the peer last): push it into the pipe, then wait for
+    the peer's Released. When it does not come (the peer was killed or is stuck) this child's log says so."""
+    flush(to_peer)
+    if not mailbox.wait_for_peer(Released, RELEASE_WAIT_S):
+        print(f"{role}: the {peer} did not release its use of the shared GPU buffers within {RELEASE_WAIT_S:g} s; "
+              "leaving", file=sys.stderr)
