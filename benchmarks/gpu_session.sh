@@ -385,6 +385,8 @@ cmd_soak() {
   run "$PYTHON" benchmarks/soak_sample.py --report "$S/$name.jsonl" --warmup "$WARMUP"
 }
 
+rows() { cat "$1/metrics.jsonl" 2> /dev/null | wc -l; }  # RUN_DIR: its metrics rows so far
+
 fault_run() {  # VICTIM (learner | server): a run under GPU G's daemon, kill -9 of VICTIM once metrics flow
   local victim=$1 name=faults_$1 dir=/tmp/faults launcher pid t0 rc
   local args=(--algo "$ALGO" --task "$TASK" training.device=cuda:0 task.num_envs="$ENVS" algo.max_iterations=10000000
@@ -403,7 +405,7 @@ fault_run() {  # VICTIM (learner | server): a run under GPU G's daemon, kill -9 
   (use_daemon "$GPU"
    "${TRAIN_CMD[@]}" "${args[@]}" > "$S/$name.log" 2>&1 &
    launcher=$!
-   until [ "$(cat "$dir/$name/metrics.jsonl" 2> /dev/null | wc -l)" -ge 3 ]; do
+   until [ "$(rows "$dir/$name")" -ge 3 ]; do
      kill -0 "$launcher" 2> /dev/null || { echo "the run ended before its third metrics row"; tail -20 "$S/$name.log"; exit 1; }
      sleep 1
    done
@@ -421,8 +423,6 @@ fault_run() {  # VICTIM (learner | server): a run under GPU G's daemon, kill -9 
      "$dir/$name/run_summary.json"
    echo "console (last lines):"; tail -8 "$S/$name.log")
 }
-
-rows() { cat "$1/metrics.jsonl" 2> /dev/null | wc -l; }
 
 neighbour_stop() {  # two runs side by side under GPU G's daemon; SIGINT to the first; the second must go on
   local dir=/tmp/faults a=faults_stop_a b=faults_stop_b pa pb n0 rc
