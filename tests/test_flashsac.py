@@ -427,5 +427,5 @@ def test_hydra_composes_flashsac_per_task():
         )
     assert walk["name"] == track["name"] == "flashsac"
     assert walk["num_envs"] == track["num_envs"] == 0  # the runtime passes the env count to make_learner
-    assert track["batch_size"] == 8192 and track["target_action_std"] == 0.05
+    assert track["batch_size"] == 8192 and track["target_action_std"] == 0.15
     assert walk["num_atoms"] == 101 and walk["num_bins"] is None and walk["v_max"] == walk["reward_norm_max_return"]
