@@ -222,6 +222,50 @@ def test_per_joint_gain_trades_reach(env):
     assert short == ["left_knee_joint", "right_knee_joint"]
 
 
+def _calm(action_offset: str):
+    """Exact resets, clean observations, no pushes or draws."""
+    rnd = RandomizationConfig(reset_root_pos=0.0, reset_root_yaw=0.0, reset_joint_pos=0.0, reset_vel=0.0,
+                              friction_range=None, push_interval_s=None, com_offset=None)
+    return _make(G1MotionTrackingConfig(num_envs=N, randomization=rnd, observations=ObservationConfig(noise_scale=0.0),
+                                        action_offset=action_offset))
+
+
+@pytest.fixture(scope="module")
+def reference_env(cache):
+    return _calm("reference")
+
+
+def test_reference_offset_targets_the_frame_the_step_reaches(reference_env):
+    """With `action_offset=reference` an action of 0 asks for the reference joint positions of the frame
+    the step ends on (the frame the reward then compares against), and an action adds its span."""
+    env = reference_env
+    env.reset_to_frames(torch.tensor([0, 10, 50, 100]))
+    _, high = env.action_spans()
+    for a in (torch.zeros(N, 29), torch.linspace(-1, 1, 29).expand(N, -1)):
+        ctrl_offset = env.action_offset.clone()
+        _, _, _, terminated, truncated, _ = env.step(a)
+        assert not bool((terminated | truncated).any())
+        torch.testing.assert_close(ctrl_offset, env.ref_joint_pos_all[env.motion_frame])
+        torch.testing.assert_close(env.backend.ctrl, ctrl_offset + high * a)
+    assert "ref_joint_pos" in env.action_to_target
+
+
+def test_reference_offset_follows_the_clip_without_a_policy(reference_env):
+    """Zero actions: around the reference the PD targets move with the clip; around the stand pose they
+    do not. Over half a second of the clip's arm and knee raise (frames 150-205, up to 0.19 rad from the
+    stand pose on average) the first stays closer to the clip."""
+    def joint_error(env):
+        env.reset_to_frames(torch.tensor([150, 160, 170, 180]))
+        total = 0.0
+        for _ in range(25):
+            env.step(torch.zeros(N, 29))
+            total += float(env.tracking_errors()["joint_pos"].mean())
+        return total / 25
+
+    around_reference, around_stand = joint_error(reference_env), joint_error(_calm("stand"))
+    assert around_reference < 0.5 * around_stand
+
+
 def test_export_names_the_action_mapping():
     # The uniform spans themselves are tested with the nominal env (tests/test_task_motion_tracking.py).
     assert G1MotionTrackingConfig(num_envs=1).action_bounds == "per_joint"
@@ -246,6 +290,7 @@ def test_seeded_rollouts_are_deterministic_with_randomisation(env):
     (lambda: G1MotionTrackingConfig(action_scale="per_world"), "task.action_scale='per_world'"),
     (lambda: G1MotionTrackingConfig(action_scale=0.0), "task.action_scale=0.0"),
     (lambda: G1MotionTrackingConfig(per_joint_gain=0.0), "task.per_joint_gain"),
+    (lambda: G1MotionTrackingConfig(action_offset="default"), "task.action_offset='default'"),
     (lambda: RandomizationConfig(friction_range=(1.2, 0.3)), "task.randomization.friction_range"),
     (lambda: RandomizationConfig(push_interval_s=(0.0, 1.0)), "task.randomization.push_interval_s"),
     (lambda: RandomizationConfig(push_max_vel=(0.5, 0.5)), "task.randomization.push_max_vel"),

@@ -49,7 +49,7 @@ def env_description(env) -> dict:
         "action_scale": float(env.action_scale) if bounds == "uniform" else None,  # null: per-joint spans
         "action_span_low": _floats(low.tolist()),
         "action_span_high": _floats(high.tolist()),
-        "action_to_target": "default_joint_pos + action * (action_span_high if action >= 0 else action_span_low)",
+        "action_to_target": env.action_to_target,
         "kp": _floats(m.actuator_gainprm[:, 0]),
         "kd": _floats(-m.actuator_biasprm[:, 2]),
         "observation_names": [name for name, _, _ in layout],

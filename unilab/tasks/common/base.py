@@ -301,6 +301,11 @@ class TaskEnv:
         span = torch.full_like(self.default_joint_pos, self.action_scale)
         return span, span
 
+    @property
+    def action_to_target(self) -> str:
+        """How a deployed controller turns an action into PD targets (exported with the policy)."""
+        return "default_joint_pos + action * (action_span_high if action >= 0 else action_span_low)"
+
     def policy_obs_layout(self) -> list[tuple[str, int, float]]:
         """The policy observation's terms in order: (name, size, scale the raw quantity is multiplied by)."""
         return [("obs", int(self.obs_dim), 1.0)]

@@ -134,6 +134,7 @@ class SamplingConfig:
 
 
 SAMPLING_MODES = ("uniform", "adaptive")
+ACTION_OFFSETS = ("stand", "reference")
 
 
 def check_sampling(s: SamplingConfig) -> None:
@@ -171,6 +172,12 @@ class G1MotionTrackingConfig:
     # At 2 the wrist pitch and yaw (0.15 rad) fall short of most real clips; the measured tracking
     # error was still lower than at 4, where the same noise moves every target twice as far.
     per_joint_gain: float = 2.0
+    # What an action of 0 asks of each joint: "stand", the stand pose (the anchor tracker's choice: the
+    # policy outputs the clip's joint positions itself), or "reference", the clip's joint positions one
+    # control step ahead, so the policy outputs corrections to the clip. With "reference" the spans
+    # need to cover the corrections only, not the clip's whole excursion from the stand pose, and the
+    # action-rate penalty no longer charges the clip's own joint speed.
+    action_offset: str = "stand"
     # Collisions between the robot's own geoms (see unilab/assets/g1.py) and the self_collision penalty.
     self_collisions: bool = True
     rewards: RewardConfig = field(default_factory=RewardConfig)
@@ -189,6 +196,7 @@ class G1MotionTrackingConfig:
         check_sampling(self.sampling)
         check_action_scale(self.action_scale)
         positive_finite("task.per_joint_gain", self.per_joint_gain)
+        one_of("task.action_offset", self.action_offset, ACTION_OFFSETS)
         if self.motion_file is not None:
             check_motion_file(self.motion_file)
 

@@ -90,6 +90,7 @@ class G1MotionTrackingEnv(TaskEnv):
         self._forced_start: Optional[tuple[torch.Tensor, torch.Tensor]] = None
         self._metrics: dict[str, torch.Tensor] = {}
         self._action_span = self._per_joint_spans(cfg)
+        self.action_offset = self.default_joint_pos.repeat(n, 1)  # (N, nu) the targets of action 0
         self._init_randomization(model)
         self._finish_init()
 
@@ -132,8 +133,15 @@ class G1MotionTrackingEnv(TaskEnv):
     def action_spans(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self._action_span, self._action_span
 
+    @property
+    def action_to_target(self) -> str:
+        if self.cfg.action_offset == "reference":
+            return ("ref_joint_pos of the clip's next frame (one control step after the observed ref_joint_pos)"
+                    " + action * (action_span_high if action >= 0 else action_span_low)")
+        return super().action_to_target
+
     def _apply_actions(self) -> None:
-        self.backend.ctrl.copy_(self.default_joint_pos + self._action_span * self.actions)
+        self.backend.ctrl.copy_(self.action_offset + self._action_span * self.actions)
 
     def _load_motion_tensors(self, motion: MotionLibrary) -> None:
         """Every clip's frames concatenated into the `ref_*_all` tensors; the clips apart by offset/length."""
@@ -198,8 +206,8 @@ class G1MotionTrackingEnv(TaskEnv):
         return self.reset_to_clips(torch.zeros(self.num_envs, dtype=torch.long, device=self.device), frames)
 
     # ------------------------------------------------------------ dynamics
-    def _frame_index(self) -> torch.Tensor:
-        steps = self.episode_length.float() * self.frames_per_step
+    def _frame_index(self, ahead: int = 0) -> torch.Tensor:
+        steps = (self.episode_length + ahead).float() * self.frames_per_step
         return torch.minimum(self.motion_start + torch.round(steps).long(), self.motion_end)
 
     def _post_physics_step(self) -> None:
@@ -219,6 +227,8 @@ class G1MotionTrackingEnv(TaskEnv):
         self.ref_body_quat = self.ref_body_quat_all[f]
         self.ref_body_lin_vel = self.ref_body_lin_vel_all[f]
         self.ref_body_ang_vel = self.ref_body_ang_vel_all[f]
+        if self.cfg.action_offset == "reference":  # the next step's PD targets are taken around these
+            self.action_offset.copy_(self.ref_joint_pos_all[self._frame_index(ahead=1)])
 
         b = self.backend
         self.body_pos = b.xpos[:, self._body_ids]
