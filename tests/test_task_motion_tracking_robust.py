@@ -205,21 +205,31 @@ def test_per_joint_scale_from_the_figures(env):
     low, high = env.action_spans()
     assert torch.equal(low, high)
     np.testing.assert_allclose(high.numpy(), env.cfg.per_joint_gain * expected, rtol=1e-6)
-    # An action moves each target by its own span.
+    # An action moves each target by its own span, from the targets of action 0.
     a = torch.linspace(-1, 1, 29).expand(N, -1)
+    offset = env.action_offset.clone()
     env.step(a)
-    torch.testing.assert_close(env.backend.ctrl, env.default_joint_pos + high * a)
+    torch.testing.assert_close(env.backend.ctrl, offset + high * a)
 
 
 def test_per_joint_gain_trades_reach(env):
-    """Actions are bounded to [-1, 1]. At `per_joint_gain=4` every offset of the default clip from the stand
-    pose is a target; the default gain of 2 (less noise per joint, docs/en/tracking.md) gives up the
-    top of the clip's knee raise and nothing else."""
+    """Actions are bounded to [-1, 1]. Around the stand pose the spans bound what the policy can ask for:
+    at `per_joint_gain=4` every offset of the default clip from the stand pose is a target, at 2 the top
+    of the clip's knee raise is not, at 1 neither are the hip and shoulder pitch. Around the reference
+    (the default) an action of 0 asks for every frame, so the default gain of 1 bounds the corrections
+    only."""
     offset = (torch.as_tensor(env.clip.joint_pos, dtype=torch.float32) - env.default_joint_pos).abs().amax(dim=0)
-    assert (offset <= 4.0 * env.per_joint_scale()).all()
-    assert env.cfg.per_joint_gain == 2.0
-    short = [g1.G1_JOINT_NAMES[i] for i in torch.nonzero(offset > env.action_spans()[1]).flatten().tolist()]
-    assert short == ["left_knee_joint", "right_knee_joint"]
+    scale = env.per_joint_scale()
+
+    def short(gain):
+        return [g1.G1_JOINT_NAMES[i].removesuffix("_joint") for i in torch.nonzero(offset > gain * scale).flatten().tolist()]
+
+    assert short(4.0) == []
+    assert short(2.0) == ["left_knee", "right_knee"]
+    assert short(1.0) == ["left_hip_pitch", "left_knee", "right_hip_pitch", "right_knee", "left_shoulder_pitch",
+                          "right_shoulder_pitch"]
+    assert (env.cfg.action_offset, env.cfg.per_joint_gain) == ("reference", 1.0)
+    torch.testing.assert_close(env.action_spans()[1], scale)
 
 
 def _calm(action_offset: str):

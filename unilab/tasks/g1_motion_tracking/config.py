@@ -167,17 +167,17 @@ class G1MotionTrackingConfig:
     #   a number: that many rad for every joint (1.25 was the earlier uniform default).
     action_scale: Any = "per_joint"
     # Multiple of the per-joint scale an action of +-1 reaches. The anchor's Gaussian actions are
-    # unbounded; ours are squashed to [-1, 1], so the gain trades reach against precision: the
-    # learner's exploration noise is in action units, and the gain multiplies it in joint targets.
-    # At 2 the wrist pitch and yaw (0.15 rad) fall short of most real clips; the measured tracking
-    # error was still lower than at 4, where the same noise moves every target twice as far.
-    per_joint_gain: float = 2.0
-    # What an action of 0 asks of each joint: "stand", the stand pose (the anchor tracker's choice: the
-    # policy outputs the clip's joint positions itself), or "reference", the clip's joint positions one
-    # control step ahead, so the policy outputs corrections to the clip. With "reference" the spans
-    # need to cover the corrections only, not the clip's whole excursion from the stand pose, and the
-    # action-rate penalty no longer charges the clip's own joint speed.
-    action_offset: str = "stand"
+    # unbounded; ours are squashed to [-1, 1], and the learner's exploration noise is in action units:
+    # the gain multiplies that noise in joint targets. Lower is more precise, as long as the spans
+    # still cover what the policy must reach (see action_offset).
+    per_joint_gain: float = 1.0
+    # What an action of 0 asks of each joint: "reference", the clip's joint positions one control step
+    # ahead, so the policy outputs corrections to the clip; or "stand", the stand pose (the anchor
+    # tracker's choice: the policy outputs the clip's joint positions itself). Around the stand pose the
+    # spans must cover the clip's whole excursion (gain 2 still leaves the wrists and, in a jog, the
+    # elbows short); around the reference they need to cover the corrections only, which lets the gain
+    # drop, and the action-rate penalty no longer charges the clip's own joint speed.
+    action_offset: str = "reference"
     # Collisions between the robot's own geoms (see unilab/assets/g1.py) and the self_collision penalty.
     self_collisions: bool = True
     rewards: RewardConfig = field(default_factory=RewardConfig)
