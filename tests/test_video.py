@@ -249,8 +249,6 @@ def test_training_clips_record_world_0_every_interval_and_render_in_another_proc
 @pytest.mark.slow
 def test_a_run_with_video_interval_leaves_a_clip_and_its_strip(tmp_path):
     """The collector hook end to end: 2 envs, 25 ticks an iteration, a 5 s clip from iteration 0."""
-    import time
-
     from unilab.viz import clip
 
     cmd = [sys.executable, "-m", "unilab.cli.train", "+preset=cpu_smoke", "task.num_envs=2", "training.no_play=true",
@@ -258,13 +256,110 @@ def test_a_run_with_video_interval_leaves_a_clip_and_its_strip(tmp_path):
            "training.video_interval=10", f"training.log_dir={tmp_path}", "training.run_name=clip"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=_headless_env())
     assert done.returncode == 0, done.stderr[-3000:]
+    # The run's end is the clips' end: the video is there, no clip waits, no render of this run is running.
     video = tmp_path / "clip" / clip.VIDEO_DIR / "iter_0000000.mp4"
-    deadline = time.monotonic() + 180  # the render process may outlive the run; it removes the npz last
-    while (not video.exists() or list(video.parent.glob("*.npz"))) and time.monotonic() < deadline:
-        time.sleep(0.5)
     assert video.exists(), (video.parent / clip.RENDER_LOG).read_text()[-3000:]
+    assert not list(video.parent.glob("*.npz"))
+    assert _renders_of(tmp_path) == []
     assert iio.imread(video).shape[0] == round(clip.CLIP_S / 0.02)  # the walk task's 50 Hz control
     assert len(list((tmp_path / "clip" / "tensorboard").glob("*.clips"))) == 1
+
+
+def _renders_of(root: Path) -> list[str]:
+    """Command lines of the running processes that render a clip under `root`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().decode(errors="replace").split("\0")
+        except OSError:  # the process ended
+            continue
+        if "unilab.viz.clip" in args and any(a.startswith(str(root)) for a in args):
+            found.append(" ".join(args))
+    return found
+
+
+def _slow_renders(monkeypatch, seconds: float, code: int = 0) -> None:
+    """Renders that take `seconds` and exit with `code`, writing the mp4 when they succeed (a stand-in for
+    the real render, whose duration is what these tests are about); the clip's path stays in argv."""
+    from unilab.viz import clip
+
+    script = textwrap.dedent(f"""
+        import sys, time, pathlib
+        time.sleep({seconds})
+        p = pathlib.Path(sys.argv[1])
+        if {code} == 0:
+            p.with_suffix(".mp4").write_bytes(b"mp4"); p.unlink()
+        sys.exit({code})
+    """)
+    monkeypatch.setattr(clip, "render_command", lambda c: [sys.executable, "-c", script, str(c), "unilab.viz.clip"])
+
+
+def _recorder_with_clips(tmp_path, monkeypatch, clips: int):
+    """A recorder that has handed over `clips` 2-tick clips to renders, and one more full clip on its way."""
+    from unilab.viz import clip
+
+    monkeypatch.setattr(clip, "CLIP_S", 0.04)  # 2 ticks
+    rec = clip.ClipRecorder(_ClipEnv(), interval=2, run_dir=tmp_path)
+    for iteration in range(2 * clips + 2):
+        rec.tick(iteration)
+    return rec
+
+
+def test_closing_the_recorder_stops_its_renders_and_keeps_their_clips(tmp_path, monkeypatch):
+    from unilab.viz import clip
+
+    _slow_renders(monkeypatch, 60)
+    rec = _recorder_with_clips(tmp_path, monkeypatch, clips=2)
+    assert len(rec.renders) == 2 and rec.pending
+    procs = list(rec.renders)
+    rec.close(wait_s=0.2)
+    assert all(p.poll() is not None for p in procs) and _renders_of(tmp_path) == []
+    videos = tmp_path / clip.VIDEO_DIR
+    # Both stopped clips and the one that was on its way wait as npz, with no render started for the last.
+    assert sorted(p.name for p in videos.glob("iter_*")) == ["iter_0000000.npz", "iter_0000002.npz",
+                                                             "iter_0000004.npz"]
+    assert not rec.pending and rec.renders == []
+
+
+def test_closing_the_recorder_lets_a_quick_render_finish(tmp_path, monkeypatch):
+    from unilab.viz import clip
+
+    _slow_renders(monkeypatch, 0.0)
+    rec = _recorder_with_clips(tmp_path, monkeypatch, clips=1)
+    rec.close(wait_s=30)
+    assert sorted(p.name for p in (tmp_path / clip.VIDEO_DIR).glob("iter_*")) == ["iter_0000000.mp4",
+                                                                                   "iter_0000002.npz"]
+
+
+def test_leftover_clips_are_rendered_by_the_launcher_one_at_a_time(tmp_path, monkeypatch):
+    from unilab.viz import clip
+
+    _slow_renders(monkeypatch, 60)
+    _recorder_with_clips(tmp_path, monkeypatch, clips=1).close(wait_s=0.0)
+    videos = tmp_path / clip.VIDEO_DIR
+    (videos / "iter_0000009.npz").write_bytes(b"")  # rendered, but stopped before it removed its clip
+    (videos / "iter_0000009.mp4").write_bytes(b"mp4")
+    said = []
+    _slow_renders(monkeypatch, 0.0)
+    written = clip.render_leftovers(tmp_path, say=said.append)
+    assert [p.name for p in written] == ["iter_0000000.mp4", "iter_0000002.mp4"]
+    assert not list(videos.glob("*.npz")) and len(said) == 1 and "2 training clip(s)" in said[0]
+
+
+@pytest.mark.parametrize("how", ["fails", "times out", "interrupted"])
+def test_a_leftover_clip_that_is_not_rendered_stays_with_the_command(tmp_path, monkeypatch, how):
+    from unilab.viz import clip
+
+    _slow_renders(monkeypatch, 60)
+    _recorder_with_clips(tmp_path, monkeypatch, clips=1).close(wait_s=0.0)
+    _slow_renders(monkeypatch, 0.0 if how == "fails" else 60, code=3 if how == "fails" else 0)
+    said = []
+    written = clip.render_leftovers(tmp_path, say=said.append, timeout_s=0.5 if how == "times out" else 60,
+                                    interrupted=(lambda: how == "interrupted"))
+    videos = tmp_path / clip.VIDEO_DIR
+    assert written == [] and sorted(p.name for p in videos.glob("iter_*")) == ["iter_0000000.npz", "iter_0000002.npz"]
+    assert "2 training clip(s) not rendered" in said[-1] and str(videos / "iter_0000000.npz") in said[-1]
+    assert _renders_of(tmp_path) == []
 
 
 def test_a_renderer_that_cannot_start_names_what_to_install():

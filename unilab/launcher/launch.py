@@ -81,6 +81,10 @@ def launch(prepared: PreparedRun, cfg: DictConfig) -> int:
                                  lambda: supervisor.interrupted_by)
             play_interrupted = "interrupted" in summary.play
             _write_summary(summary, prepared.run_dir)
+        if training.get("video_interval"):  # the clips whose render the collector stopped at its exit
+            from unilab.viz.clip import render_leftovers
+
+            render_leftovers(prepared.run_dir, interrupted, say=console.print)
     cause = supervisor.cause
     if supervisor.failed_role == "launcher" and cause and cause.startswith(Prerequisite.CLIENTS_ATTACHED.value):
         return EXIT_USAGE

@@ -8,6 +8,7 @@ slot is free the collector waits for the learner (backpressure, counted) instead
 
 from __future__ import annotations
 
+import sys
 import time
 import traceback
 from collections import deque
@@ -31,6 +32,7 @@ def collector_main(spec: RoleSpec, inbox, to_learner, to_launcher, stop_event) -
     become_child("collector")
     code = 0
     mailbox = Mailbox(name, inbox, stop_event, COLLECTOR_INBOX)
+    collector = None
     try:
         collector = Collector(spec, mailbox, to_learner, to_launcher)
         collector.connect()
@@ -45,6 +47,11 @@ def collector_main(spec: RoleSpec, inbox, to_learner, to_launcher, stop_event) -
     # This process exported the buffers the learner reads: it stays until the learner's GPU work is done with them.
     leave_peer(name, spec.device, to_learner)
     await_peer_release(name, "learner", mailbox, to_learner)
+    if collector is not None and collector.clips is not None:
+        try:
+            collector.clips.close()  # no render process outlives this one; the launcher renders what is left
+        except Exception as exc:  # a broken CUDA context: the clip on its way is lost, the renders still stop
+            print(f"unilab: {name}: training clips: {exc}", file=sys.stderr, flush=True)
     leave(to_launcher, code)
 
 

@@ -15,13 +15,37 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Callable
 
 CLIP_S = 5.0
 VIDEO_DIR = "videos"
 MODEL_FILE = "model.mjb"
 RENDER_LOG = "render.log"
 STRIP_FRAMES = 6  # frames of a clip in its TensorBoard image
+# At the collector's exit its renders get this long to finish; it must stay well inside the launcher's
+# stop grace. Renders still running are stopped, and the launcher renders their clips (render_leftovers).
+EXIT_WAIT_S = 2.0
+LEFTOVER_TIMEOUT_S = 300.0  # per clip the launcher renders after the run
+
+
+def render_command(clip: str | Path) -> list[str]:
+    return [sys.executable, "-m", "unilab.viz.clip", str(clip)]
+
+
+def _start_render(clip: Path) -> subprocess.Popen:
+    with open(clip.parent / RENDER_LOG, "a") as log:
+        return subprocess.Popen(render_command(clip), stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=2.0)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 class ClipRecorder:
@@ -68,15 +92,66 @@ class ClipRecorder:
             self.row, self.pending = None, True
 
     def _hand_over(self) -> None:
+        self.renders = [p for p in self.renders if p.poll() is None]  # reap finished renders
+        self.renders.append(_start_render(self._save()))
+
+    def _save(self) -> Path:
+        """The full clip on the host, as the npz a render reads."""
         import numpy as np
 
         self.pending = False
-        self.renders = [p for p in self.renders if p.poll() is None]  # reap finished renders
         clip = self.dir / f"iter_{self.started:07d}.npz"
         np.savez(clip, qpos=self.host.numpy().astype(np.float64), dt=float(self.env.dt), iteration=self.started)
-        with open(self.dir / RENDER_LOG, "a") as log:
-            self.renders.append(subprocess.Popen([sys.executable, "-m", "unilab.viz.clip", str(clip)],
-                                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log))
+        return clip
+
+    def close(self, wait_s: float = EXIT_WAIT_S) -> None:
+        """At the collector's exit: a full clip still on its way to the host is saved, the renders get
+        `wait_s` in all to finish and the others are stopped. No process of this recorder outlives it;
+        the clips left as npz are rendered by the launcher (render_leftovers)."""
+        deadline = time.monotonic() + wait_s
+        try:
+            if self.pending:
+                if self.event is not None:
+                    self.event.synchronize()
+                self._save()
+        finally:
+            for proc in self.renders:
+                try:
+                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    _stop(proc)
+            self.renders = []
+
+
+def render_leftovers(run_dir: str | Path, interrupted: Callable[[], bool] = lambda: False,
+                     say: Callable[[str], None] = print, timeout_s: float = LEFTOVER_TIMEOUT_S) -> list[Path]:
+    """Render, one at a time in a child process, the clips a run left as npz (their render was stopped at
+    the collector's exit). A clip whose render fails, times out or is interrupted stays, and `say` names
+    the command that renders it. Returns the videos written."""
+    clips = []
+    for clip in sorted((Path(run_dir) / VIDEO_DIR).glob("iter_*.npz")):
+        if clip.with_suffix(".mp4").exists():  # rendered; its render was stopped before it removed the npz
+            clip.unlink()
+        else:
+            clips.append(clip)
+    if clips:
+        say(f"rendering {len(clips)} training clip(s) the run left in {clips[0].parent}")
+    written = []
+    for i, clip in enumerate(clips):
+        if not interrupted():
+            proc = _start_render(clip)
+            deadline = time.monotonic() + timeout_s
+            while proc.poll() is None and time.monotonic() < deadline and not interrupted():
+                time.sleep(0.1)
+            if proc.poll() is None:
+                _stop(proc)
+            if proc.returncode == 0 and clip.with_suffix(".mp4").exists():
+                written.append(clip.with_suffix(".mp4"))
+                continue
+        say(f"{len(clips) - i} training clip(s) not rendered (see {clip.parent / RENDER_LOG}); render one with: "
+            + " ".join(render_command(clip)))
+        break
+    return written
 
 
 def render_clip(clip: str | Path, *, width: int = 480, height: int = 360) -> Path:
