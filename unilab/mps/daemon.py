@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from unilab.processes import end_child
+
 from .control import (
     CONTROL_BINARY,
     DAEMON_PID_FILE,
@@ -110,7 +112,7 @@ def _launch(host: ToolHost, binary: str, env: dict, layout: Layout, opts: StartO
                                f"{layout.log_dir}/control.log")
     except BaseException:
         if proc is not None:
-            _end_child(proc)
+            end_child(proc)
         raise
     return proc, pid, start_time
 
@@ -219,15 +221,6 @@ def _wait_until_answers(host: ToolHost, layout: Layout, deadline: float, proc, t
         host.sleep(POLL_S)
 
 
-def _end_child(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
-
-
 def _run_foreground(host: ToolHost, proc: subprocess.Popen, layout: Layout, state: MpsState, timeout_s: float) -> int:
     print("unilab mps: running in the foreground; Ctrl-C quits the daemon", file=sys.stderr)
     # SIGINT and SIGTERM quit cleanly, also where SIGINT was inherited as ignored (a shell's background job).
@@ -251,7 +244,7 @@ def _run_foreground(host: ToolHost, proc: subprocess.Popen, layout: Layout, stat
             _quit_and_wait(host, state, timeout_s)
         except MpsToolError as exc:
             print(exc, file=sys.stderr)
-            _end_child(proc)
+            end_child(proc)
         proc.wait()
     _finish(host, layout.state_file, state)
     return 0

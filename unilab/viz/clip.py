@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from unilab.processes import end_child
+
 CLIP_S = 5.0
 VIDEO_DIR = "videos"
 MODEL_FILE = "model.mjb"
@@ -37,15 +39,6 @@ def render_command(clip: str | Path) -> list[str]:
 def _start_render(clip: Path) -> subprocess.Popen:
     with open(clip.parent / RENDER_LOG, "a") as log:
         return subprocess.Popen(render_command(clip), stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=2.0)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 class ClipRecorder:
@@ -119,7 +112,7 @@ class ClipRecorder:
                 try:
                     proc.wait(timeout=max(0.0, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
-                    _stop(proc)
+                    end_child(proc, grace_s=2.0)
             self.renders = []
 
 
@@ -144,7 +137,7 @@ def render_leftovers(run_dir: str | Path, interrupted: Callable[[], bool] = lamb
             while proc.poll() is None and time.monotonic() < deadline and not interrupted():
                 time.sleep(0.1)
             if proc.poll() is None:
-                _stop(proc)
+                end_child(proc, grace_s=2.0)
             if proc.returncode == 0 and clip.with_suffix(".mp4").exists():
                 written.append(clip.with_suffix(".mp4"))
                 continue
