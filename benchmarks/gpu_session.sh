@@ -29,6 +29,16 @@
 #                                       a learning run, detached (setsid nohup): K segments of S s each, ended by
 #                                       SIGTERM through timeout and joined by training.resume, then `unilab plot`;
 #                                       call it once per run to put several side by side under one daemon
+#   batch SPEC --algo A --task T --envs N [--gpu G]
+#                                       learning runs side by side under GPU G's daemon (mps-start first), one `learn`
+#                                       of one segment per line of SPEC: NAME SECONDS OVERRIDE... ('#' comments;
+#                                       $CLIPS in a line: the imported clips, default ~/.cache/unilab/motions/imported;
+#                                       overrides after `--` go to every run); then `wait`, then `evals`
+#   evals [--gpu G] [--envs-per-clip K] [NAME ...]
+#                                       `unilab eval` (tracking) of the `learn` runs of DIR (or the NAMEs) in parallel
+#                                       under GPU G's daemon, then one line per run: its eval, the rows it wrote after
+#                                       an earlier run stopped, fault lines in its logs; each run's metrics thinned to
+#                                       500 rows in DIR/curves/NAME (small to copy off the machine; `unilab plot`)
 #   soak --algo A --task T --envs N --seconds S [--execution mps] [--gpu G] [--name X] [--interval 60] [--warmup auto|S]
 #                                       a run of S seconds (then SIGINT) sampled by benchmarks/soak_sample.py every
 #                                       --interval s (RSS, GPU memory per process), then its --report (growth <= 2 %);
@@ -45,7 +55,7 @@
 # --dry-run prints the commands instead of running them (TRAIN, UNILAB, PYTHON choose how they are spelled:
 # default `python3 -m unilab.cli.train`, `python3 -m unilab.cli.tools`, `python3`). DIR (--out, or
 # $SESSION_DIR) defaults to /tmp/session: logs, JSON, plots. Run folders: /tmp/gate/NAME, /tmp/learn/NAME,
-# /tmp/NAME (ab). A device command may run 10 minutes: start long work with `bg` or `learn`, then `wait`.
+# /tmp/NAME (ab); LEARN_DIR moves /tmp/learn. A device command may run 10 minutes: start long work with `bg` or `learn`, then `wait`.
 # docs/en/performance.md (appendix) lists what past sessions ran with these subcommands.
 set -u
 SELF=$(readlink -f "$0")
@@ -59,6 +69,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 RAW_PIPE=/tmp/mps/pipe RAW_LOG=/tmp/mps/log
 
 S=${SESSION_DIR:-/tmp/session}
+LEARN_DIR=${LEARN_DIR:-/tmp/learn}
+CLIPS=${CLIPS:-$HOME/.cache/unilab/motions/imported}
 DRY=${DRY_RUN:-0}
 while [ $# -gt 0 ]; do
   case $1 in
@@ -67,7 +79,6 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
-[ "$DRY" = 1 ] || mkdir -p "$S"
 
 # ---- printing and running ---------------------------------------------------------------------------
 q() {  # words as one shell line; plain words stay unquoted
@@ -349,7 +360,7 @@ cmd_learn() {
     detach "learn_$NAME" "${again[@]}" -- "${OVERRIDES[@]}"
     [ "$DRY" = 1 ] || return 0
   fi
-  local dir=/tmp/learn k
+  local dir=$LEARN_DIR k
   local args=(--algo "$ALGO" --task "$TASK" training.device=cuda:0 task.num_envs="$ENVS" algo.max_iterations=10000000
               algo.save_interval=1000 training.log_dir=$dir +execution="$EXECUTION" "${OVERRIDES[@]}")
   note_dir "$dir/$NAME"
@@ -386,6 +397,58 @@ cmd_soak() {
 }
 
 rows() { cat "$1/metrics.jsonl" 2> /dev/null | wc -l; }  # RUN_DIR: its metrics rows so far
+
+SPEC_LINES=()
+read_spec() {  # SPEC -> SPEC_LINES (comments and blank lines dropped, $CLIPS expanded); a bad spec exits 2
+  local spec=$1 line name secs
+  [ -f "$spec" ] || die "batch SPEC: no spec file '$spec'"
+  while IFS= read -r line || [ -n "$line" ]; do
+    line=${line%%#*}; [ -z "${line//[[:space:]]/}" ] && continue
+    read -r name secs _ <<< "$line"
+    [[ $name =~ ^[A-Za-z0-9_.-]+$ ]] || die "bad run name '$name' in $spec"
+    [[ $secs =~ ^[0-9]+$ ]] || die "run $name in $spec: SECONDS must be a whole number, got '$secs'"
+    SPEC_LINES+=("${line//\$CLIPS/$CLIPS}")
+  done < "$spec"
+  [ ${#SPEC_LINES[@]} -gt 0 ] || die "$spec names no run"
+}
+
+cmd_batch() {  # every line of the spec (read_spec) a detached `learn`, side by side under GPU G's daemon
+  need ALGO TASK ENVS
+  require_daemon "$GPU"
+  local common=("${OVERRIDES[@]}") line own
+  for line in "${SPEC_LINES[@]}"; do
+    read -r NAME SECONDS_ own <<< "$line"
+    read -r -a OVERRIDES <<< "$own"
+    OVERRIDES=("${common[@]}" "${OVERRIDES[@]}")
+    cmd_learn
+  done
+}
+
+cmd_evals() {  # [--gpu G] [--envs-per-clip K] [NAME ...]: evaluate learning runs side by side, then summarise
+  local names=() k=16 f n
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --gpu) GPU=$2; shift ;;
+      --envs-per-clip) k=$2; shift ;;
+      -*) die "evals: unknown option $1" ;;
+      *) names+=("$1") ;;
+    esac
+    shift
+  done
+  if [ ${#names[@]} = 0 ]; then
+    for f in "$S"/jobs/learn_*.pid; do [ -f "$f" ] && n=$(basename "${f%.pid}") && names+=("${n#learn_}"); done
+  fi
+  [ ${#names[@]} = 0 ] && [ "$DRY" = 1 ] && names=(NAME)  # a dry run started no job: show one
+  [ ${#names[@]} -gt 0 ] || die "evals: no learning runs in $S/jobs (start them with learn or batch, or name them)"
+  require_daemon "$GPU"
+  log "evals: ${names[*]} (under GPU $GPU's daemon, $k envs per clip)"
+  (use_daemon "$GPU"
+   for n in "${names[@]}"; do
+     run_log "$S/eval_$n.log" "${UNILAB_CMD[@]}" eval "$LEARN_DIR/$n" --suite all --envs-per-clip "$k" --out "$S/eval_$n.json" &
+   done
+   wait)
+  run "$PYTHON" benchmarks/batch_summary.py "$S" "$LEARN_DIR" "${names[@]}"
+}
 
 fault_run() {  # VICTIM (learner | server): a run under GPU G's daemon, kill -9 of VICTIM once metrics flow
   local victim=$1 name=faults_$1 dir=/tmp/faults launcher pid t0 rc
@@ -492,7 +555,7 @@ cmd_wait() {  # follow the detached jobs for up to SECONDS
     [ "$open" = 0 ] || [ "$(date +%s)" -ge "$end" ] && break
     if [ "$(date +%s)" -ge "$next" ]; then
       log "$open job(s) running"
-      for f in /tmp/learn/*/metrics.jsonl; do [ -f "$f" ] && echo "$f $(wc -l < "$f") rows: $(tail -1 "$f" | cut -c1-200)"; done
+      for f in "$LEARN_DIR"/*/metrics.jsonl; do [ -f "$f" ] && echo "$f $(wc -l < "$f") rows: $(tail -1 "$f" | cut -c1-200)"; done
       next=$(( $(date +%s) + 60 ))
     fi
     sleep 10
@@ -517,6 +580,11 @@ usage() { sed -n '2,/^set -u/p' "$SELF" | sed '$d; s/^# \{0,1\}//'; }
 
 SUB=${1:-}
 [ $# -gt 0 ] && shift
+if [ "$SUB" = batch ]; then  # the spec is checked before anything is created
+  [ $# -gt 0 ] || die "batch SPEC --algo A --task T --envs N"
+  read_spec "$1"; shift
+fi
+[ "$DRY" = 1 ] || mkdir -p "$S"
 case $SUB in
   checks) parse "$@"; cmd_checks ;;
   mps-start) parse "$@"; cmd_mps_start ;;
@@ -528,6 +596,8 @@ case $SUB in
   alone) cmd_alone "$@" ;;
   side-by-side) parse "$@"; cmd_side_by_side ;;
   learn) parse "$@"; cmd_learn ;;
+  batch) parse "$@"; cmd_batch ;;
+  evals) cmd_evals "$@" ;;
   soak) parse "$@"; cmd_soak ;;
   faults) parse "$@"; cmd_faults ;;
   bg) [ $# -ge 2 ] || die "bg NAME SUBCOMMAND ..."; name=$1; shift

@@ -1,0 +1,127 @@
+"""`gpu_session.sh batch` and `evals` with stand-ins for `train` and `unilab` (the real ones need a GPU): every
+run of the spec starts with its overrides and stops at its own time, each is evaluated, and the summary
+counts the rows a run wrote after its neighbour stopped; a bad spec exits 2 before anything is created."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "gpu_session.sh"
+
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None,
+                                reason="needs bash and timeout")
+
+FAKE_TRAIN = textwrap.dedent("""
+    import json, os, sys, time
+    args = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a and not a.startswith("-"))
+    run = os.path.join(args["training.log_dir"], args["training.run_name"])
+    os.makedirs(run, exist_ok=True)
+    with open(os.path.join(run, "argv.json"), "w") as f:
+        json.dump(sys.argv[1:], f)
+    with open(os.path.join(run, "metrics.jsonl"), "w") as f:
+        for i in range(100000):  # until `timeout` ends it
+            f.write(json.dumps({"iteration": i, "env_steps": 2048 * (i + 1), "time": time.time()}) + "\\n")
+            f.flush()
+            time.sleep(0.004)
+""")
+
+FAKE_UNILAB = textwrap.dedent("""
+    import json, os, sys
+    with open(os.environ["FAKE_LOG"], "a") as f:
+        f.write(" ".join(sys.argv[1:]) + "\\n")
+    if sys.argv[1:3] == ["mps", "env"]:
+        print("export FAKE_DAEMON=1")
+    elif sys.argv[1] == "eval":
+        run, out = sys.argv[2], sys.argv[sys.argv.index("--out") + 1]
+        rows = open(os.path.join(run, "metrics.jsonl")).read().splitlines()
+        o = {"completion": 1.0, "body_pos_error_mm": float(len(rows)), "fall_fraction": 0.0}
+        json.dump({"suites": {"robust": {"overall": o}, "nominal": {"overall": o}}}, open(out, "w"))
+""")
+
+
+@pytest.fixture
+def session(tmp_path):
+    (tmp_path / "train.py").write_text(FAKE_TRAIN)
+    (tmp_path / "unilab.py").write_text(FAKE_UNILAB)
+    env = {**os.environ, "LEARN_DIR": str(tmp_path / "learn"), "CLIPS": "/clips", "PYTHON": sys.executable,
+           "TRAIN": f"{sys.executable} {tmp_path / 'train.py'}", "UNILAB": f"{sys.executable} {tmp_path / 'unilab.py'}",
+           "FAKE_LOG": str(tmp_path / "unilab_calls.log")}
+    env.pop("SESSION_DIR", None)
+
+    def call(*args, check=True):
+        result = subprocess.run(["bash", str(SCRIPT), "--out", str(tmp_path / "s"), *args], env=env, cwd=ROOT,
+                                capture_output=True, text=True, timeout=120)
+        if check:
+            assert result.returncode == 0, result.stderr
+        return result
+    call.path = tmp_path
+    return call
+
+
+def test_runs_stop_at_their_times_and_the_summary_counts_rows_after_a_neighbours_stop(session):
+    spec = session.path / "spec"
+    spec.write_text("# two variants\nshort 2 task.motion_file=$CLIPS/a.npz\n\nlong 5 task.motion_file=$CLIPS/a.npz "
+                    "task.per_joint_gain=4\n")
+    session("batch", str(spec), "--algo", "flashsac", "--task", "g1_motion_tracking", "--envs", "64",
+            "--", "task.rewards.weights.termination=-100")
+    waited = session("wait", "60").stdout
+    assert "learn_short: ended" in waited and "learn_long: ended" in waited
+    out = session("evals").stdout
+    lines = {line.split(":")[0]: line for line in out.splitlines() if line.startswith(("short:", "long:"))}
+    assert "robust: completion 100.0 %" in lines["short"] and "rows after" not in lines["short"]
+    after = int(lines["long"].split("|")[-1].split()[0])
+    assert after >= 100  # three more seconds at up to 250 rows/s
+    assert "fault" not in out
+    argv = json.loads((session.path / "learn" / "long" / "argv.json").read_text())
+    assert argv[-4:] == ["task.rewards.weights.termination=-100", "task.motion_file=/clips/a.npz",
+                         "task.per_joint_gain=4", "training.run_name=long"]
+    assert "+execution=mps" in argv and "task.num_envs=64" in argv
+    curve = (session.path / "s" / "curves" / "long" / "metrics.jsonl").read_text().splitlines()
+    full = (session.path / "learn" / "long" / "metrics.jsonl").read_text().splitlines()
+    assert len(full) > 500 and len(curve) == 500 and curve[0] == full[0] and curve[-1] == full[-1]
+    assert (session.path / "s" / "batch_summary.txt").read_text().splitlines() == list(lines.values())
+    calls = (session.path / "unilab_calls.log").read_text().splitlines()
+    assert sum(c.startswith("eval ") and "--envs-per-clip 16" in c for c in calls) == 2
+
+
+def test_the_summary_names_a_log_with_a_fault_and_a_missing_report(tmp_path):
+    learn, s = tmp_path / "learn", tmp_path / "s"
+    for name in ("a", "b"):
+        (learn / name).mkdir(parents=True)
+        (learn / name / "metrics.jsonl").write_text(json.dumps({"iteration": 3, "env_steps": 64, "time": 1.0}) + "\n")
+    s.mkdir()
+    (s / "learn_b_1.log").write_text("RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    summary = ROOT / "benchmarks" / "batch_summary.py"
+    out = subprocess.run([sys.executable, str(summary), str(s), str(learn), "a", "b"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    a, b = out.stdout.splitlines()
+    assert a == "a: 3 iterations, 64 env steps | no eval report (see eval_a.log)"
+    assert b.endswith(f"| fault in {s / 'learn_b_1.log'}")
+    usage = subprocess.run([sys.executable, str(summary), str(s)], capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2 and "SESSION_DIR LEARN_DIR NAME" in usage.stderr
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("bad/name 10 x=1\n", "bad run name"),
+    ("run ten x=1\n", "SECONDS must be a whole number"),
+    ("# nothing\n", "names no run"),
+    (None, "no spec file"),
+])
+def test_a_bad_spec_exits_2_and_starts_nothing(session, spec, message):
+    path = session.path / "spec"
+    if spec is not None:
+        path.write_text(spec)
+    result = session("batch", str(path), "--algo", "flashsac", "--task", "g1_motion_tracking", "--envs", "64",
+                     check=False)
+    assert result.returncode == 2 and message in result.stderr
+    assert not (session.path / "s").exists() and not (session.path / "unilab_calls.log").exists()
