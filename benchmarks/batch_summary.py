@@ -17,21 +17,10 @@ import json
 import sys
 from pathlib import Path
 
+from unilab.rundir.metrics import read_metrics
+
 CURVE_ROWS = 500
 FAULTS = ("illegal memory access", "did not release")
-
-
-def read_rows(run: Path) -> list[dict]:
-    path = run / "metrics.jsonl"
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:  # a torn last line of a run killed mid-write
-            pass
-    return rows
 
 
 def thinned(rows: list[dict], k: int = CURVE_ROWS) -> list[dict]:
@@ -58,7 +47,7 @@ def faults(session: Path, run: Path, name: str) -> list[str]:
 
 
 def summarise(session: Path, learn_dir: Path, names: list[str]) -> list[str]:
-    rows = {n: read_rows(learn_dir / n) for n in names}
+    rows = {n: read_metrics(learn_dir / n, torn_tail_ok=True) for n in names}  # a stopped run may leave half a line
     stops = {n: r[-1]["time"] for n, r in rows.items() if r}
     lines = []
     for n in names:
