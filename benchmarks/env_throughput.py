@@ -1,8 +1,12 @@
 """Env steps/s of the MJWarp G1 tasks: physics only vs the full env step (GPU benchmark).
 
     python benchmarks/env_throughput.py --tasks g1_walk_flat g1_motion_tracking --envs 1024 4096 8192
+    python benchmarks/env_throughput.py --tasks g1_motion_tracking --envs 2048 \
+        --variant stand:action_offset=stand --variant no_self_collision:self_collisions=false
 
-Physics only = the backend's decimated step (one captured CUDA graph). Full = `env.step`
+Each --variant NAME:KEY=VALUE[,KEY=VALUE...] adds rows of the task with those task overrides (dotted
+keys, YAML values: `randomization.friction_range=null`) beside the rows of its defaults, to see what a
+setting costs. Physics only = the backend's decimated step (one captured CUDA graph). Full = `env.step`
 (actions -> PD targets, physics, observations, rewards, terminations, masked resets).
 Prints a markdown table and writes JSON with --json PATH.
 """
@@ -12,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import re
 import time
 
 
@@ -26,13 +31,34 @@ def _time(fn, iters: int, sync) -> float:
     return (time.perf_counter() - t0) / iters
 
 
-def bench(task: str, num_envs: int, device: str, iters: int, task_graph: bool = True) -> dict:
+def parse_variant(text: str) -> tuple[str, dict]:
+    """`NAME:KEY=VALUE[,KEY=VALUE...]` -> (NAME, nested overrides); ValueError on a malformed one."""
+    from omegaconf import OmegaConf
+
+    name, sep, body = text.partition(":")
+    pairs = [p for p in body.split(",") if p]
+    if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or not pairs or any("=" not in p for p in pairs):
+        raise ValueError(f"--variant {text!r}: expected NAME:KEY=VALUE[,KEY=VALUE...]")
+    return name, OmegaConf.to_container(OmegaConf.from_dotlist(pairs))
+
+
+def task_config(task: str, num_envs: int, overrides: dict | None = None):
+    """The typed task config; ValueError or OmegaConf's key error on a bad override."""
+    from omegaconf import OmegaConf
+
+    from unilab.registry import instantiate
+
+    return instantiate("task", OmegaConf.merge({"name": task, "num_envs": num_envs}, overrides or {}))
+
+
+def bench(task: str, num_envs: int, device: str, iters: int, task_graph: bool = True,
+          overrides: dict | None = None, variant: str = "defaults") -> dict:
     import torch
 
     from unilab.registry import instantiate
     from unilab.tasks import make_env
 
-    task_cfg = instantiate("task", {"name": task, "num_envs": num_envs})
+    task_cfg = task_config(task, num_envs, overrides)
     env = make_env(task_cfg, instantiate("sim", {"task_cuda_graph": task_graph}), device, seed=0)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     actions = torch.zeros(num_envs, env.action_dim, device=device)
@@ -40,7 +66,8 @@ def bench(task: str, num_envs: int, device: str, iters: int, task_graph: bool = 
     physics_s = _time(env.backend.step, iters, sync)
     full_s = _time(lambda: env.step(actions), iters, sync)
     return {
-        "task": task, "num_envs": num_envs, "task_cuda_graph": task_graph,
+        "task": task, "variant": variant, "overrides": overrides or {}, "num_envs": num_envs,
+        "task_cuda_graph": task_graph,
         "physics_ms": physics_s * 1e3, "full_ms": full_s * 1e3,
         "physics_steps_per_s": num_envs / physics_s, "full_steps_per_s": num_envs / full_s,
         "full_over_physics": physics_s / full_s,
@@ -55,18 +82,28 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--json", default=None)
     ap.add_argument("--no-task-graph", action="store_true", help="sim.task_cuda_graph=false (eager task step)")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE...]",
+                    help="also time the tasks with these task overrides (repeatable)")
     args = ap.parse_args()
+    try:
+        variants = [("defaults", {})] + [parse_variant(v) for v in args.variant]
+        for t in args.tasks:  # every config is checked before the first env is built
+            for v, o in variants:
+                task_config(t, args.envs[0], o)
+    except Exception as e:  # a malformed variant, an unknown key, a value its check rejects
+        ap.error(str(e).splitlines()[0])  # exit 2, nothing built
     import torch
 
-    rows = [bench(t, n, args.device, args.iters, not args.no_task_graph) for t in args.tasks for n in args.envs]
+    rows = [bench(t, n, args.device, args.iters, not args.no_task_graph, o, v)
+            for t in args.tasks for n in args.envs for v, o in variants]
     host = {"gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor(),
             "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__}
     print(f"host: {host}")
     print(f"task step captured as a CUDA graph: {not args.no_task_graph}")
-    print("| task | envs | physics ms | physics steps/s | full ms | full steps/s | full/physics |")
-    print("|---|---|---|---|---|---|---|")
+    print("| task | variant | envs | physics ms | physics steps/s | full ms | full steps/s | full/physics |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['task']} | {r['num_envs']} | {r['physics_ms']:.2f} | {r['physics_steps_per_s']:,.0f} | "
+        print(f"| {r['task']} | {r['variant']} | {r['num_envs']} | {r['physics_ms']:.2f} | {r['physics_steps_per_s']:,.0f} | "
               f"{r['full_ms']:.2f} | {r['full_steps_per_s']:,.0f} | {r['full_over_physics']:.0%} |")
     if args.json:
         with open(args.json, "w") as f:

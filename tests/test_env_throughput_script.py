@@ -1,0 +1,55 @@
+"""benchmarks/env_throughput.py: its task variants (what a setting costs in the env step)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "env_throughput.py"
+_spec = importlib.util.spec_from_file_location("env_throughput", SCRIPT)
+env_throughput = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(env_throughput)
+
+
+def test_variant_parses_dotted_keys_and_yaml_values():
+    name, overrides = env_throughput.parse_variant(
+        "no_rand:randomization.friction_range=null,randomization.com_offset=null,self_collisions=false")
+    assert name == "no_rand"
+    assert overrides == {"randomization": {"friction_range": None, "com_offset": None}, "self_collisions": False}
+    cfg = env_throughput.task_config("g1_motion_tracking", 4, overrides)
+    assert cfg.randomization.friction_range is None and cfg.self_collisions is False
+    assert env_throughput.task_config("g1_motion_tracking", 4).self_collisions is True  # the defaults row
+
+
+@pytest.mark.parametrize("text", ["stand", "stand:", "stand:action_offset", "two words:a=1"])
+def test_malformed_variant_is_rejected(text):
+    with pytest.raises(ValueError, match="NAME:KEY=VALUE"):
+        env_throughput.parse_variant(text)
+
+
+@pytest.mark.parametrize("variant, named", [("x:nope=1", "nope"), ("x:action_offset=sideways", "action_offset")])
+def test_bad_override_exits_2_before_any_env_is_built(variant, named, tmp_path):
+    out = tmp_path / "rows.json"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--tasks", "g1_motion_tracking", "--device", "cpu",
+                           "--envs", "2", "--iters", "1", "--variant", variant, "--json", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and named in done.stderr
+    assert not out.exists()
+
+
+def test_variant_rows_are_timed_with_their_overrides(tmp_path):
+    out = tmp_path / "rows.json"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--tasks", "g1_motion_tracking", "--device", "cpu",
+                           "--envs", "2", "--iters", "1", "--variant", "stand:action_offset=stand",
+                           "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["variant"], r["overrides"]) for r in rows] == [("defaults", {}), ("stand", {"action_offset": "stand"})]
+    assert all(r["full_ms"] > 0 and r["physics_ms"] > 0 for r in rows)
+    assert "| g1_motion_tracking | stand | 2 |" in done.stdout
