@@ -10,7 +10,7 @@ from unilab.mps import HostFacts
 
 
 SMOKE_WALK = ["+preset=cpu_smoke", "task.num_envs=8", "training.logger=[]", "algo.max_iterations=6",
-              "algo.save_interval=3"]
+              "algo.save_interval=3", "training.no_play=true"]  # play is tested in test_runtime.py
 
 
 @pytest.fixture(scope="session")

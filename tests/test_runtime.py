@@ -17,7 +17,9 @@ from unilab.rundir.metrics import METRIC_KEYS, read_metrics
 
 pytestmark = pytest.mark.slow
 
-SMOKE = ["+preset=cpu_smoke", "task.num_envs=16", "training.logger=[]"]
+# Play (training.no_play=false in cpu_smoke) is a fresh process that builds its worlds again: tests that do not
+# test it turn it off; those that do say training.no_play=false (a later override wins).
+SMOKE = ["+preset=cpu_smoke", "task.num_envs=16", "training.logger=[]", "training.no_play=true"]
 
 
 def train(log_dir: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -165,7 +165,7 @@ def test_a_training_run_logs_to_wandb(tmp_path):
            "PYTHONPATH": os.pathsep.join(filter(None, [str(FAKE_DIR), os.environ.get("PYTHONPATH")]))}
     cmd = [sys.executable, "-m", "unilab.cli.train", "+preset=cpu_smoke", "task.num_envs=8", "algo.max_iterations=4",
            "training.logger=[wandb]", "training.wandb_project=smoke", f"training.log_dir={log_dir}",
-           "training.run_name=wb"]
+           "training.run_name=wb", "training.no_play=true"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     run = log_dir / "wb"
