@@ -65,13 +65,31 @@ def bench(task: str, num_envs: int, device: str, iters: int, task_graph: bool = 
     env.reset()
     physics_s = _time(env.backend.step, iters, sync)
     full_s = _time(lambda: env.step(actions), iters, sync)
+    niter_mean, niter_max = solver_iterations(env, actions)
     return {
         "task": task, "variant": variant, "overrides": overrides or {}, "num_envs": num_envs,
         "task_cuda_graph": task_graph,
         "physics_ms": physics_s * 1e3, "full_ms": full_s * 1e3,
         "physics_steps_per_s": num_envs / physics_s, "full_steps_per_s": num_envs / full_s,
         "full_over_physics": physics_s / full_s,
+        "solver_iterations_mean": niter_mean, "solver_iterations_max": niter_max,
     }
+
+
+def solver_iterations(env, actions, steps: int = 50) -> tuple[float, float]:
+    """Constraint-solver iterations of the last substep of each of `steps` env steps (after the timing):
+    the mean over worlds and the largest world's, averaged over the steps. A captured solver loop runs
+    until its slowest world converges, so the largest is what the physics pays for."""
+    import warp as wp
+
+    niter = wp.to_torch(env.backend.data.solver_niter)
+    total_mean = total_max = 0.0
+    for _ in range(steps):
+        env.step(actions)
+        n = niter.float()
+        total_mean += float(n.mean())
+        total_max += float(n.max())
+    return total_mean / steps, total_max / steps
 
 
 def main() -> None:
@@ -100,11 +118,13 @@ def main() -> None:
             "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__}
     print(f"host: {host}")
     print(f"task step captured as a CUDA graph: {not args.no_task_graph}")
-    print("| task | variant | envs | physics ms | physics steps/s | full ms | full steps/s | full/physics |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| task | variant | envs | physics ms | physics steps/s | full ms | full steps/s | full/physics "
+          "| solver iterations (mean / largest world) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['task']} | {r['variant']} | {r['num_envs']} | {r['physics_ms']:.2f} | {r['physics_steps_per_s']:,.0f} | "
-              f"{r['full_ms']:.2f} | {r['full_steps_per_s']:,.0f} | {r['full_over_physics']:.0%} |")
+              f"{r['full_ms']:.2f} | {r['full_steps_per_s']:,.0f} | {r['full_over_physics']:.0%} "
+              f"| {r['solver_iterations_mean']:.1f} / {r['solver_iterations_max']:.1f} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"host": host, "rows": rows}, f, indent=2)

@@ -52,4 +52,6 @@ def test_variant_rows_are_timed_with_their_overrides(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [(r["variant"], r["overrides"]) for r in rows] == [("defaults", {}), ("stand", {"action_offset": "stand"})]
     assert all(r["full_ms"] > 0 and r["physics_ms"] > 0 for r in rows)
+    # the feet are on the floor: the solver iterates, and the largest world at least as often as the mean
+    assert all(1 <= r["solver_iterations_mean"] <= r["solver_iterations_max"] for r in rows)
     assert "| g1_motion_tracking | stand | 2 |" in done.stdout

@@ -48,6 +48,11 @@ def test_view_shapes(backend, mj_model):
     assert backend.ctrl.shape == (N, m.nu)
     assert backend.xpos.shape == (N, m.nbody, 3)
     assert backend.xquat.shape == (N, m.nbody, 4)
+    assert backend.xmat.shape == (N, m.nbody, 3, 3)
+    # the matrices rotate as the quaternions do (the tracking task's observations use the matrices)
+    from unilab.tasks.common.math import quat_to_matrix
+
+    torch.testing.assert_close(backend.xmat, quat_to_matrix(backend.xquat), atol=1e-5, rtol=0)
     assert backend.cvel.shape == (N, m.nbody, 6)
     assert backend.site_xpos.shape == (N, m.nsite, 3)
     assert backend.sensordata.shape == (N, m.nsensordata)

@@ -65,6 +65,46 @@ def test_shapes_and_contract(env, cache):
     assert env.clip.source.startswith(str(cache))  # motion_file=None: the default clip
 
 
+def test_frame_changes_match_the_quaternion_formulas(env):
+    """The observations and the tilt termination rotate with the bodies' matrices (one batched matmul
+    each); on a tumbling, yawed robot they must equal the quaternion formulas they stand for."""
+    from unilab.tasks.common import math as qm
+
+    env.reset_to_frames(torch.full((N,), 20))
+    for _ in range(15):  # strong random actions: the worlds tilt, turn and drift apart
+        env.step(torch.rand(N, 29, generator=torch.Generator().manual_seed(3)) * 2 - 1)
+    a, k = env._anchor, env.num_tracked
+    quat, pos = env.body_quat, env.body_pos
+    assert float(qm.projected_gravity(quat[:, a])[:, 2].max()) > -0.999  # some anchor is off vertical
+    terms = dict(zip(env._POLICY_TERM_NAMES, env._policy_terms(), strict=True))
+    expected = {
+        "anchor_pos_b": qm.quat_apply_inverse(quat[:, a], env.ref_body_pos[:, a] - pos[:, a]),
+        "anchor_ori_b": qm.matrix_first_two_columns(qm.quat_mul(qm.quat_conjugate(quat[:, a]), env.ref_body_quat[:, a])),
+        "base_lin_vel_b": qm.quat_apply_inverse(env.base_quat, env.base_lin_vel_w),
+    }
+    for name, value in expected.items():
+        torch.testing.assert_close(terms[name], value, atol=1e-5, rtol=0, msg=name)
+    anchor_quat = quat[:, a : a + 1].expand(-1, k, -1)
+    pos_b = qm.quat_apply_inverse(anchor_quat, pos[:, :k] - pos[:, a : a + 1])
+    ori_b = qm.matrix_first_two_columns(qm.quat_mul(qm.quat_conjugate(anchor_quat), quat[:, :k]))
+    torch.testing.assert_close(env._privileged_obs(), torch.cat((pos_b.flatten(1), ori_b.flatten(1)), dim=-1),
+                               atol=1e-5, rtol=0)
+    # The termination's tilt part alone (no height or end-effector check reaches 1e9), at a threshold
+    # that splits these worlds.
+    gz_error = (qm.projected_gravity(env.ref_body_quat[:, a])[:, 2] - qm.projected_gravity(quat[:, a])[:, 2]).abs()
+    t = env.cfg.terminations
+    saved = (t.anchor_height, t.end_effector_height, t.anchor_gravity_z)
+    low, high = gz_error.sort().values[N // 2 - 1 : N // 2 + 1]
+    assert high - low > 1e-4  # a threshold between them, not at a float's rounding distance from one
+    t.anchor_height, t.end_effector_height, t.anchor_gravity_z = 1e9, 1e9, float(low + high) / 2
+    try:
+        tilt = gz_error > t.anchor_gravity_z
+        assert tilt.any() and not tilt.all()
+        assert torch.equal(env._check_terminated(), tilt)
+    finally:
+        t.anchor_height, t.end_effector_height, t.anchor_gravity_z = saved
+
+
 def test_policy_obs_layout_and_uniform_action_spans(env):
     layout = env.policy_obs_layout()
     assert [n for n, _, _ in layout][:2] == ["ref_joint_pos", "ref_joint_vel"] and layout[-1][0] == "last_action"

@@ -223,8 +223,14 @@ class Collector:
             names = tuple(sorted(k for k in info if k.split("/")[0] in TASK_METRIC_GROUPS))
             self.task_names = names[:MAX_TASK_METRICS]
         if self.task_names:
-            values = self.torch.stack([info[k].float().mean() for k in self.task_names])
+            # The env's terms are float scalars already: a mean of each would be one more kernel per term and tick.
+            values = self.torch.stack([_as_scalar(info[k]) for k in self.task_names])
             slot["task_metrics"][: len(self.task_names)].add_(values, alpha=1.0 / self.k_ticks)
+
+
+def _as_scalar(value):
+    """A float 0-d tensor as it is; anything else as the float mean of its entries."""
+    return value if value.dim() == 0 and value.is_floating_point() else value.float().mean()
 
 
 def _chunk_timings(stamps, timeout: float) -> dict[str, float]:

@@ -123,6 +123,7 @@ class MjWarpBackend:
         self.ctrl = t(d.ctrl)
         self.xpos = t(d.xpos)
         self.xquat = t(d.xquat)
+        self.xmat = t(d.xmat)  # (N, nbody, 3, 3) world-from-body rotation matrices, beside xquat
         self.cvel = t(d.cvel)
         self.subtree_com = t(d.subtree_com)
         self.site_xpos = t(d.site_xpos)

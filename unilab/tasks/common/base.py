@@ -273,8 +273,9 @@ class TaskEnv:
             "episode_return": self.episode_return.clone(),
             "episode_length": self.episode_length.clone(),
         }
-        for name, value in terms.items():
-            info[f"rew/{name}"] = value.mean()
+        means = terms.mean(dim=0)  # one reduction for all terms: the step is a graph of small kernels
+        for i, name in enumerate(self._reward_names):
+            info[f"rew/{name}"] = means[i]
 
         self._reset_envs(done)
         # Envs that did not finish keep exactly the obs above (and their noise sample).
@@ -315,16 +316,25 @@ class TaskEnv:
         """PD position targets around the default pose."""
         self.backend.ctrl.copy_(self.default_joint_pos + self.action_scale * self.actions)
 
-    def _compute_reward(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        reward = torch.zeros(self.num_envs, device=self.device)
-        terms = {}
-        for name, weight in self.reward_weights.items():
-            if weight == 0.0:
-                continue
-            value = getattr(self, f"_reward_{name}")() * (weight * self.dt)
-            terms[name] = value
-            reward = reward + value
-        return torch.nan_to_num(reward, nan=0.0, posinf=0.0, neginf=0.0), terms
+    def _compute_reward(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N,) total reward and (N, T) weighted terms, column i the term ``_reward_names[i]``."""
+        weights = self._term_weights()
+        if not self._reward_names:
+            return torch.zeros(self.num_envs, device=self.device), torch.zeros(self.num_envs, 0, device=self.device)
+        values = torch.stack([getattr(self, f"_reward_{name}")() for name in self._reward_names], dim=1)
+        terms = values * weights
+        return torch.nan_to_num(terms.sum(dim=1), nan=0.0, posinf=0.0, neginf=0.0), terms
+
+    def _term_weights(self) -> torch.Tensor:
+        """(T,) weight * dt of the terms with a non-zero weight, made on first use (before any capture:
+        the eager steps make it) and again whenever ``reward_weights`` changes."""
+        key = tuple(self.reward_weights.items())
+        if getattr(self, "_reward_key", None) != key:
+            self._reward_names = [name for name, weight in key if weight != 0.0]
+            row = [weight * self.dt for name, weight in key if weight != 0.0]
+            self._reward_row = torch.tensor(row, dtype=torch.float32, device=self.device)
+            self._reward_key = key
+        return self._reward_row
 
     def _reset_envs(self, mask: torch.Tensor) -> None:
         """Masked reset of the finished envs; a no-op on envs where mask is False."""

@@ -76,13 +76,19 @@ class ComOffsets:
         return self.ipos[:, self.body_ids] - self.nominal
 
 
-def add_noise(env, terms: list[torch.Tensor], half_widths: Sequence[float], scale: float) -> list[torch.Tensor]:
-    """The first ``len(half_widths)`` terms plus uniform noise of half-width ``w * scale`` (terms of
-    width 0 are left exactly as they are); the rest unchanged. ``scale`` 0 returns the terms as given."""
-    if scale <= 0.0:
-        return terms
-    out = list(terms)
-    for i, w in enumerate(half_widths):
-        if w > 0.0:
-            out[i] = out[i] + env._noise_like(out[i], w * scale)
-    return out
+def noisy_concat(env, terms: list[torch.Tensor], half_widths: Sequence[float], scale: float) -> torch.Tensor:
+    """``torch.cat(terms, -1)`` plus uniform noise of half-width ``w * scale`` on the columns of the first
+    ``len(half_widths)`` terms (terms of width 0 and the rest stay exactly as they are). One draw covers
+    every column: the step is a graph of small kernels, and a draw per term would be several more.
+    ``scale`` 0 returns the clean concatenation."""
+    obs = torch.cat(terms, dim=-1)
+    if scale <= 0.0 or not any(w > 0.0 for w in half_widths):
+        return obs
+    sizes = tuple(int(t.shape[-1]) for t in terms)
+    key = (sizes, tuple(float(w) for w in half_widths), float(scale))
+    spans = env.__dict__.setdefault("_noise_spans", {})
+    if key not in spans:  # made in the eager steps, before any capture
+        full = [2.0 * w * scale for w in half_widths] + [0.0] * (len(terms) - len(half_widths))
+        spans[key] = torch.repeat_interleave(torch.tensor(full, dtype=obs.dtype), torch.tensor(sizes)).to(obs.device)
+    u = torch.rand(obs.shape, device=obs.device, generator=env.generator)
+    return torch.addcmul(obs, u - 0.5, spans[key])  # (u - 0.5) * 2w: uniform in [-w, w]

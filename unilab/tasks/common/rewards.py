@@ -12,7 +12,7 @@ def squared_norm(x: torch.Tensor) -> torch.Tensor:
 
 def exp_kernel(error_sq: torch.Tensor, std: float) -> torch.Tensor:
     """exp(-error^2 / std^2): 1 at zero error, ~0.37 at one std."""
-    return torch.exp(-error_sq / (std * std))
+    return torch.exp(error_sq * (-1.0 / (std * std)))
 
 
 def exp_tracking(target: torch.Tensor, actual: torch.Tensor, std: float) -> torch.Tensor:

@@ -73,6 +73,10 @@ class G1MotionTrackingEnv(TaskEnv):
         self._ee = torch.as_tensor([self.body_names.index(b) for b in g1.G1_END_EFFECTORS], device=dev)
         ids = np.array([model.body(b).id for b in self.body_names])
         self._body_ids = torch.as_tensor(ids, device=dev)
+        nb = len(ids)
+        self.body_pos = torch.zeros(self.num_envs, nb, 3, device=dev)
+        self.body_quat = torch.zeros(self.num_envs, nb, 4, device=dev)
+        self.body_rot = torch.zeros(self.num_envs, nb, 3, 3, device=dev)
         # cvel is expressed about the subtree CoM of each body's root (the pelvis for the G1).
         self._body_root_ids = torch.as_tensor(model.body_rootid[ids], device=dev)
         self._load_motion_tensors(self.motion)
@@ -89,7 +93,12 @@ class G1MotionTrackingEnv(TaskEnv):
         self.episode_limit = torch.full((n,), self._timeout_steps, dtype=torch.long, device=dev)
         self._forced_start: Optional[tuple[torch.Tensor, torch.Tensor]] = None
         self._metrics: dict[str, torch.Tensor] = {}
+        self._residuals: Optional[dict[str, torch.Tensor]] = None
         self._action_span = self._per_joint_spans(cfg)
+        rnd = cfg.randomization
+        widths = [rnd.reset_root_pos] * 2 + [rnd.reset_root_yaw] + [rnd.reset_joint_pos] * model.nu
+        widths = torch.tensor(widths + [rnd.reset_vel] * (6 + model.nu), device=dev)
+        self._reset_noise_low_span = (-widths, 2.0 * widths)  # u in [0, 1) -> low + u * span
         self.action_offset = self.default_joint_pos.repeat(n, 1)  # (N, nu) the targets of action 0
         self._init_randomization(model)
         self._finish_init()
@@ -143,11 +152,16 @@ class G1MotionTrackingEnv(TaskEnv):
     def _apply_actions(self) -> None:
         self.backend.ctrl.copy_(self.action_offset + self._action_span * self.actions)
 
+    _REF_FIELDS = ("joint_pos", "joint_vel", "body_pos_w", "body_quat_w", "body_lin_vel_w", "body_ang_vel_w")
+
     def _load_motion_tensors(self, motion: MotionLibrary) -> None:
-        """Every clip's frames concatenated into the `ref_*_all` tensors; the clips apart by offset/length."""
-        def t(field):
-            a = motion.concatenated(field)
-            return torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float32, device=self.device)
+        """Every clip's frames concatenated into one (frames, D) table, one row per frame holding all of
+        its fields, so that a step reads a frame with one gather; the `ref_*_all` tensors are views of
+        its columns. The clips lie apart by offset/length."""
+        fields = [np.asarray(motion.concatenated(f), dtype=np.float32) for f in self._REF_FIELDS]
+        frames = fields[0].shape[0]
+        table = torch.as_tensor(np.concatenate([a.reshape(frames, -1) for a in fields], axis=1), device=self.device)
+        self._ref_field_shapes = [a.shape[1:] for a in fields]
 
         self.num_frames = motion.num_frames
         self.frames_per_step = motion.fps * self.dt
@@ -155,12 +169,22 @@ class G1MotionTrackingEnv(TaskEnv):
         self.clip_num_frames: list[int] = [int(x) for x in motion.lengths]
         self.clip_offset = torch.as_tensor(motion.offsets, dtype=torch.long, device=self.device)
         self.clip_length = torch.as_tensor(motion.lengths, dtype=torch.long, device=self.device)
-        self.ref_joint_pos_all = t("joint_pos")
-        self.ref_joint_vel_all = t("joint_vel")
-        self.ref_body_pos_all = t("body_pos_w")
-        self.ref_body_quat_all = t("body_quat_w")
-        self.ref_body_lin_vel_all = t("body_lin_vel_w")
-        self.ref_body_ang_vel_all = t("body_ang_vel_w")
+        self._ref_table = table
+        (self.ref_joint_pos_all, self.ref_joint_vel_all, self.ref_body_pos_all, self.ref_body_quat_all,
+         self.ref_body_lin_vel_all, self.ref_body_ang_vel_all) = self._ref_columns(table)
+        # The current frame of every env, written in place each step; ref_joint_pos etc. are its views.
+        self._ref_rows = torch.zeros(self.num_envs, table.shape[1], device=self.device)
+        (self.ref_joint_pos, self.ref_joint_vel, self.ref_body_pos, self.ref_body_quat,
+         self.ref_body_lin_vel, self.ref_body_ang_vel) = self._ref_columns(self._ref_rows)
+
+    def _ref_columns(self, rows: torch.Tensor) -> list[torch.Tensor]:
+        """Views of each reference field in rows of the reference table, shaped as the field is per frame."""
+        out, start = [], 0
+        for shape in self._ref_field_shapes:
+            width = int(np.prod(shape))
+            out.append(rows[:, start:start + width].view(rows.shape[0], *shape))
+            start += width
+        return out
 
     @property
     def num_clips(self) -> int:
@@ -220,19 +244,15 @@ class G1MotionTrackingEnv(TaskEnv):
 
     def _update_tracking(self) -> None:
         """Reference frame and robot body states, and the reference re-expressed around the robot anchor."""
-        f = self.motion_frame
-        self.ref_joint_pos = self.ref_joint_pos_all[f]
-        self.ref_joint_vel = self.ref_joint_vel_all[f]
-        self.ref_body_pos = self.ref_body_pos_all[f]  # (N, B, 3)
-        self.ref_body_quat = self.ref_body_quat_all[f]
-        self.ref_body_lin_vel = self.ref_body_lin_vel_all[f]
-        self.ref_body_ang_vel = self.ref_body_ang_vel_all[f]
+        # In-place gathers into fixed buffers: no copy back into the state at the end of a captured step.
+        torch.index_select(self._ref_table, 0, self.motion_frame, out=self._ref_rows)  # ref_joint_pos etc.
         if self.cfg.action_offset == "reference":  # the next step's PD targets are taken around these
             self.action_offset.copy_(self.ref_joint_pos_all[self._frame_index(ahead=1)])
 
         b = self.backend
-        self.body_pos = b.xpos[:, self._body_ids]
-        self.body_quat = b.xquat[:, self._body_ids]
+        torch.index_select(b.xpos, 1, self._body_ids, out=self.body_pos)  # (N, B, 3)
+        torch.index_select(b.xquat, 1, self._body_ids, out=self.body_quat)
+        torch.index_select(b.xmat, 1, self._body_ids, out=self.body_rot)  # frame changes as one matmul each
         cvel = b.cvel[:, self._body_ids]
         self.body_ang_vel = cvel[..., :3]
         self.body_lin_vel = cvel[..., 3:] + torch.cross(
@@ -246,6 +266,7 @@ class G1MotionTrackingEnv(TaskEnv):
         delta_yaw_b = delta_yaw[:, None].expand_as(self.ref_body_quat)
         self.ref_body_pos_rel = origin[:, None] + qm.quat_apply(delta_yaw_b, self.ref_body_pos - ref_anchor_pos[:, None])
         self.ref_body_quat_rel = qm.quat_mul(delta_yaw_b, self.ref_body_quat)
+        self._residuals = None  # the previous state's: the next _check_terminated computes them anew
 
     # --------------------------------------------------------------- reset
     def _reset_state(self, mask: torch.Tensor) -> None:
@@ -275,86 +296,97 @@ class G1MotionTrackingEnv(TaskEnv):
 
     def _reference_state(self, frame: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(N, nq), (N, nv) of the clip frames, plus the configured reset noise."""
-        rnd = self.cfg.randomization
-        n, r = self.num_envs, self._root
-        pos = self.ref_body_pos_all[frame, r].clone()
-        quat = self.ref_body_quat_all[frame, r]
-        lin_vel = self.ref_body_lin_vel_all[frame, r]
-        ang_vel = self.ref_body_ang_vel_all[frame, r]
-        joint_pos = self.ref_joint_pos_all[frame]
-        joint_vel = self.ref_joint_vel_all[frame]
-        if rnd.reset_root_pos > 0:
-            pos[:, :2] += self._rand(n, 2, low=-rnd.reset_root_pos, high=rnd.reset_root_pos)
-        if rnd.reset_root_yaw > 0:
-            yaw = qm.quat_from_yaw(self._rand(n, low=-rnd.reset_root_yaw, high=rnd.reset_root_yaw))
-            quat = qm.quat_mul(yaw, quat)
-        if rnd.reset_joint_pos > 0:
-            joint_pos = joint_pos + self._noise_like(joint_pos, rnd.reset_joint_pos)
-        if rnd.reset_vel > 0:
-            lin_vel = lin_vel + self._noise_like(lin_vel, rnd.reset_vel)
-            ang_vel = ang_vel + self._noise_like(ang_vel, rnd.reset_vel)
-            joint_vel = joint_vel + self._noise_like(joint_vel, rnd.reset_vel)
-        joint_pos = joint_pos.clamp(self.joint_range[:, 0], self.joint_range[:, 1])
+        r, nu = self._root, self.action_dim
+        joint_pos, joint_vel, body_pos, body_quat, lin_vel, ang_vel = self._ref_columns(self._ref_table[frame])
+        # One draw for every noise term: root xy, yaw, joint positions, then root and joint velocities.
+        low, span = self._reset_noise_low_span
+        u = torch.rand((self.num_envs, span.shape[0]), device=self.device, generator=self.generator)
+        noise = torch.addcmul(low, u, span)  # uniform in [-w, w]
+        d_xy, d_yaw, d_joint_pos, d_vel = noise.split((2, 1, nu, 6 + nu), dim=1)
 
+        quat = qm.quat_mul(qm.quat_from_yaw(d_yaw[:, 0]), body_quat[:, r])
         qpos, qvel = self.qpos.clone(), self.qvel.clone()
         q, d = self.root_qpos_adr, self.root_dof_adr
-        qpos[:, q:q + 3] = pos
+        qpos[:, q:q + 2] = body_pos[:, r, :2] + d_xy
+        qpos[:, q + 2] = body_pos[:, r, 2]
         qpos[:, q + 3:q + 7] = quat
-        qpos[:, self._jq] = joint_pos
+        qpos[:, self._jq] = (joint_pos + d_joint_pos).clamp(self.joint_range[:, 0], self.joint_range[:, 1])
         # Free joint velocity: linear in the world frame, angular in the body frame.
-        qvel[:, d:d + 3] = lin_vel
-        qvel[:, d + 3:d + 6] = qm.quat_apply_inverse(quat, ang_vel)
-        qvel[:, self._jd] = joint_vel
+        qvel[:, d:d + 3] = lin_vel[:, r] + d_vel[:, :3]
+        qvel[:, d + 3:d + 6] = qm.quat_apply_inverse(quat, ang_vel[:, r] + d_vel[:, 3:6])
+        qvel[:, self._jd] = joint_vel + d_vel[:, 6:]
         return qpos, qvel
 
     # ---------------------------------------------------------- terminations
     def _check_terminated(self) -> torch.Tensor:
         t, a = self.cfg.terminations, self._anchor
         anchor_height = (self.ref_body_pos[:, a, 2] - self.body_pos[:, a, 2]).abs() > t.anchor_height
-        gz_ref = qm.projected_gravity(self.ref_body_quat[:, a])[:, 2]
-        gz = qm.projected_gravity(self.body_quat[:, a])[:, 2]
-        anchor_tilt = (gz_ref - gz).abs() > t.anchor_gravity_z
+        # The z component of gravity in the anchor frame is -R[2, 2], 2 (x^2 + y^2) - 1 for a unit quaternion.
+        ref_xy = self.ref_body_quat[:, a, 1:3]
+        gz_ref = 2.0 * (ref_xy * ref_xy).sum(dim=-1) - 1.0
+        anchor_tilt = (gz_ref + self.body_rot[:, a, 2, 2]).abs() > t.anchor_gravity_z
         ee_z_error = (self.ref_body_pos_rel[:, self._ee, 2] - self.body_pos[:, self._ee, 2]).abs()
         ee_height = (ee_z_error > t.end_effector_height).any(dim=1)
 
-        errors = self.tracking_errors()
-        self._metrics = {f"metrics/{k}_error": v.mean() for k, v in errors.items()}
-        self._metrics["term/anchor_height"] = anchor_height.float().mean()
-        self._metrics["term/anchor_tilt"] = anchor_tilt.float().mean()
-        self._metrics["term/end_effector_height"] = ee_height.float().mean()
+        self._residuals = self._compute_residuals()  # kept for this step's rewards
+        errors = self.tracking_errors(self._residuals)
+        # One reduction for the errors and one for the terminations: the step is a graph of small kernels.
+        error_means = torch.stack(list(errors.values())).mean(dim=1)
+        self._metrics = {f"metrics/{k}_error": error_means[i] for i, k in enumerate(errors)}
+        causes = {"term/anchor_height": anchor_height, "term/anchor_tilt": anchor_tilt,
+                  "term/end_effector_height": ee_height}
+        cause_means = torch.stack(list(causes.values())).float().mean(dim=1)
+        self._metrics.update({k: cause_means[i] for i, k in enumerate(causes)})
         return anchor_height | anchor_tilt | ee_height
 
-    def tracking_errors(self) -> dict[str, torch.Tensor]:
-        """(N,) errors of the current state: mean tracked-body position error (m) and orientation
-        error (rad) against the anchor-relative reference, anchor position (m) / orientation (rad)
-        error, mean absolute joint position error (rad)."""
+    def _tracking_residuals(self) -> dict[str, torch.Tensor]:
+        """The residuals the terminations of this step computed (the rewards come after them), or, outside
+        a step, those of the current state."""
+        return self._residuals if self._residuals is not None else self._compute_residuals()
+
+    def _compute_residuals(self) -> dict[str, torch.Tensor]:
+        """Per-body residuals of the current state: (N, k) squared position errors and orientation errors
+        (rad) of the tracked bodies against the anchor-relative reference, (N,) the anchor's squared
+        position error and orientation error (rad)."""
         k, a = self.num_tracked, self._anchor
+        # The anchor's orientation error rides along with the tracked bodies': one kernel chain for both.
+        ref_quat = torch.cat((self.ref_body_quat_rel[:, :k], self.ref_body_quat[:, a : a + 1]), dim=1)
+        quat = torch.cat((self.body_quat[:, :k], self.body_quat[:, a : a + 1]), dim=1)
+        ori = qm.quat_error_magnitude(ref_quat, quat)
         return {
-            "body_pos": (self.ref_body_pos_rel[:, :k] - self.body_pos[:, :k]).norm(dim=-1).mean(dim=1),
-            "body_ori": qm.quat_error_magnitude(self.ref_body_quat_rel[:, :k], self.body_quat[:, :k]).mean(dim=1),
-            "anchor_pos": (self.ref_body_pos[:, a] - self.body_pos[:, a]).norm(dim=-1),
-            "anchor_ori": qm.quat_error_magnitude(self.ref_body_quat[:, a], self.body_quat[:, a]),
+            "body_pos_sq": rk.squared_norm(self.ref_body_pos_rel[:, :k] - self.body_pos[:, :k]),
+            "body_ori": ori[:, :k],
+            "anchor_pos_sq": rk.squared_norm(self.ref_body_pos[:, a] - self.body_pos[:, a]),
+            "anchor_ori": ori[:, k],
+        }
+
+    def tracking_errors(self, residuals: Optional[dict[str, torch.Tensor]] = None) -> dict[str, torch.Tensor]:
+        """(N,) errors of the current state (or of the given residuals): mean tracked-body position error
+        (m) and orientation error (rad) against the anchor-relative reference, anchor position (m) /
+        orientation (rad) error, mean absolute joint position error (rad)."""
+        r = residuals if residuals is not None else self._compute_residuals()
+        return {
+            "body_pos": r["body_pos_sq"].sqrt().mean(dim=1),
+            "body_ori": r["body_ori"].mean(dim=1),
+            "anchor_pos": r["anchor_pos_sq"].sqrt(),
+            "anchor_ori": r["anchor_ori"],
             "joint_pos": (self.ref_joint_pos - self.joint_pos).abs().mean(dim=1),
         }
 
     # -------------------------------------------------------------- rewards
     def _reward_anchor_pos(self) -> torch.Tensor:
-        a = self._anchor
-        return rk.exp_tracking(self.ref_body_pos[:, a], self.body_pos[:, a], self.cfg.rewards.anchor_pos_std)
+        return rk.exp_kernel(self._tracking_residuals()["anchor_pos_sq"], self.cfg.rewards.anchor_pos_std)
 
     def _reward_anchor_ori(self) -> torch.Tensor:
-        a = self._anchor
-        err = qm.quat_error_magnitude(self.ref_body_quat[:, a], self.body_quat[:, a])
+        err = self._tracking_residuals()["anchor_ori"]
         return rk.exp_kernel(err * err, self.cfg.rewards.anchor_ori_std)
 
     def _reward_body_pos(self) -> torch.Tensor:
-        k = self.num_tracked
-        err = rk.squared_norm(self.ref_body_pos_rel[:, :k] - self.body_pos[:, :k]).mean(dim=1)
+        err = self._tracking_residuals()["body_pos_sq"].mean(dim=1)
         return rk.exp_kernel(err, self.cfg.rewards.body_pos_std)
 
     def _reward_body_ori(self) -> torch.Tensor:
-        k = self.num_tracked
-        err = qm.quat_error_magnitude(self.ref_body_quat_rel[:, :k], self.body_quat[:, :k])
+        err = self._tracking_residuals()["body_ori"]
         return rk.exp_kernel((err * err).mean(dim=1), self.cfg.rewards.body_ori_std)
 
     def _reward_body_lin_vel(self) -> torch.Tensor:
@@ -383,15 +415,15 @@ class G1MotionTrackingEnv(TaskEnv):
 
     def _policy_terms(self) -> list[torch.Tensor]:
         a = self._anchor
-        anchor_pos, anchor_quat = self.body_pos[:, a], self.body_quat[:, a]
-        anchor_pos_b = qm.quat_apply_inverse(anchor_quat, self.ref_body_pos[:, a] - anchor_pos)
-        anchor_ori_b = qm.matrix_first_two_columns(qm.quat_mul(qm.quat_conjugate(anchor_quat), self.ref_body_quat[:, a]))
+        anchor_rot = self.body_rot[:, a]  # world from anchor; a row vector times it is R^T v
+        anchor_pos_b = (self.ref_body_pos[:, a, None] - self.body_pos[:, a, None]) @ anchor_rot
+        anchor_ori_b = _first_two_columns(anchor_rot.transpose(-1, -2) @ qm.quat_to_matrix(self.ref_body_quat[:, a]))
         return [
             self.ref_joint_pos,
             self.ref_joint_vel,
-            anchor_pos_b,
+            anchor_pos_b.squeeze(1),
             anchor_ori_b,
-            qm.quat_apply_inverse(self.base_quat, self.base_lin_vel_w),
+            (self.base_lin_vel_w[:, None] @ self.body_rot[:, self._root]).squeeze(1),
             self.base_ang_vel_b,
             self.joint_pos - self.default_joint_pos,
             self.joint_vel,
@@ -407,7 +439,7 @@ class G1MotionTrackingEnv(TaskEnv):
         o = self.cfg.observations
         widths = (0.0, 0.0, o.anchor_pos_noise, o.anchor_ori_noise, o.lin_vel_noise, o.ang_vel_noise,
                   o.joint_pos_noise, o.joint_vel_noise)
-        return torch.cat(dr.add_noise(self, terms, widths, o.noise_scale), dim=-1)
+        return dr.noisy_concat(self, terms, widths, o.noise_scale)
 
     def policy_obs_layout(self) -> list[tuple[str, int, float]]:
         return [(n, int(t.shape[-1]), 1.0) for n, t in zip(self._POLICY_TERM_NAMES, self._policy_terms(), strict=True)]
@@ -423,7 +455,13 @@ class G1MotionTrackingEnv(TaskEnv):
 
     def _privileged_obs(self) -> torch.Tensor:
         k, a = self.num_tracked, self._anchor
-        anchor_quat = self.body_quat[:, a : a + 1].expand(-1, k, -1)
-        pos_b = qm.quat_apply_inverse(anchor_quat, self.body_pos[:, :k] - self.body_pos[:, a : a + 1])
-        ori_b = qm.matrix_first_two_columns(qm.quat_mul(qm.quat_conjugate(anchor_quat), self.body_quat[:, :k]))
+        anchor_rot = self.body_rot[:, a, None]  # (N, 1, 3, 3)
+        pos_b = (self.body_pos[:, :k] - self.body_pos[:, a : a + 1]) @ anchor_rot[:, 0]
+        ori_b = _first_two_columns(anchor_rot.transpose(-1, -2) @ self.body_rot[:, :k])
         return torch.cat((pos_b.flatten(1), ori_b.flatten(1)), dim=-1)
+
+
+def _first_two_columns(rot: torch.Tensor) -> torch.Tensor:
+    """6D rotation representation of (..., 3, 3) matrices: the first two columns, row by row, as
+    `math.matrix_first_two_columns` gives it from a quaternion."""
+    return rot[..., :, :2].reshape(rot.shape[:-2] + (6,))

@@ -233,8 +233,7 @@ class G1WalkFlatEnv(TaskEnv):
     def _compute_obs(self) -> torch.Tensor:
         o = self.cfg.observations
         widths = (o.ang_vel_noise, o.gravity_noise, o.joint_pos_noise, o.joint_vel_noise)
-        terms = dr.add_noise(self, self._policy_terms(), widths, o.noise_scale)
-        return _sanitize(torch.cat(terms, dim=1), o.clip)
+        return _sanitize(dr.noisy_concat(self, self._policy_terms(), widths, o.noise_scale), o.clip)
 
     def _compute_critic_obs(self) -> torch.Tensor:
         o = self.cfg.observations
