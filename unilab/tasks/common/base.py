@@ -151,6 +151,7 @@ class TaskEnv:
         self.action_scale = math.nan if isinstance(cfg.action_scale, str) else float(cfg.action_scale)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(int(seed))
+        self._noise_spans: dict[tuple, torch.Tensor] = {}  # per-column noise widths (randomization.noisy_concat)
 
         self._init_indices(mj_model)
         n, f32 = self.num_envs, torch.float32
@@ -360,9 +361,6 @@ class TaskEnv:
     def _rand(self, *shape: int, low: float = 0.0, high: float = 1.0) -> torch.Tensor:
         u = torch.rand(shape, device=self.device, generator=self.generator)
         return low + (high - low) * u
-
-    def _noise_like(self, x: torch.Tensor, half_width: float) -> torch.Tensor:
-        return (2.0 * torch.rand(x.shape, device=self.device, generator=self.generator) - 1.0) * half_width
 
     # -------------------------------------------------------------- hooks
     def _reset_state(self, mask: torch.Tensor) -> None:

@@ -86,7 +86,7 @@ def noisy_concat(env, terms: list[torch.Tensor], half_widths: Sequence[float], s
         return obs
     sizes = tuple(int(t.shape[-1]) for t in terms)
     key = (sizes, tuple(float(w) for w in half_widths), float(scale))
-    spans = env.__dict__.setdefault("_noise_spans", {})
+    spans = env._noise_spans
     if key not in spans:  # made in the eager steps, before any capture
         full = [2.0 * w * scale for w in half_widths] + [0.0] * (len(terms) - len(half_widths))
         spans[key] = torch.repeat_interleave(torch.tensor(full, dtype=obs.dtype), torch.tensor(sizes)).to(obs.device)
