@@ -157,5 +157,9 @@ def quat_to_matrix(q: torch.Tensor) -> torch.Tensor:
 
 def matrix_first_two_columns(q: torch.Tensor) -> torch.Tensor:
     """6D rotation representation (first two columns of the rotation matrix, flattened)."""
-    m = quat_to_matrix(q)
-    return m[..., :, :2].reshape(q.shape[:-1] + (6,))
+    return first_two_columns(quat_to_matrix(q))
+
+
+def first_two_columns(rot: torch.Tensor) -> torch.Tensor:
+    """6D rotation representation of (..., 3, 3) rotation matrices: the first two columns, row by row."""
+    return rot[..., :, :2].reshape(rot.shape[:-2] + (6,))

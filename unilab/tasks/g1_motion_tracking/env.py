@@ -417,7 +417,7 @@ class G1MotionTrackingEnv(TaskEnv):
         a = self._anchor
         anchor_rot = self.body_rot[:, a]  # world from anchor; a row vector times it is R^T v
         anchor_pos_b = (self.ref_body_pos[:, a, None] - self.body_pos[:, a, None]) @ anchor_rot
-        anchor_ori_b = _first_two_columns(anchor_rot.transpose(-1, -2) @ qm.quat_to_matrix(self.ref_body_quat[:, a]))
+        anchor_ori_b = qm.first_two_columns(anchor_rot.transpose(-1, -2) @ qm.quat_to_matrix(self.ref_body_quat[:, a]))
         return [
             self.ref_joint_pos,
             self.ref_joint_vel,
@@ -457,11 +457,5 @@ class G1MotionTrackingEnv(TaskEnv):
         k, a = self.num_tracked, self._anchor
         anchor_rot = self.body_rot[:, a, None]  # (N, 1, 3, 3)
         pos_b = (self.body_pos[:, :k] - self.body_pos[:, a : a + 1]) @ anchor_rot[:, 0]
-        ori_b = _first_two_columns(anchor_rot.transpose(-1, -2) @ self.body_rot[:, :k])
+        ori_b = qm.first_two_columns(anchor_rot.transpose(-1, -2) @ self.body_rot[:, :k])
         return torch.cat((pos_b.flatten(1), ori_b.flatten(1)), dim=-1)
-
-
-def _first_two_columns(rot: torch.Tensor) -> torch.Tensor:
-    """6D rotation representation of (..., 3, 3) matrices: the first two columns, row by row, as
-    `math.matrix_first_two_columns` gives it from a quaternion."""
-    return rot[..., :, :2].reshape(rot.shape[:-2] + (6,))
