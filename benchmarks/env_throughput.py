@@ -5,8 +5,8 @@
         --variant stand:action_offset=stand --variant no_self_collision:self_collisions=false
 
 Each --variant NAME:KEY=VALUE[,KEY=VALUE...] adds rows of the task with those task overrides (dotted
-keys, YAML values: `randomization.friction_range=null`) beside the rows of its defaults, to see what a
-setting costs. Physics only = the backend's decimated step (one captured CUDA graph). Full = `env.step`
+keys, YAML values: `randomization.friction_range=null`; keys under `sim.` set the simulation instead:
+`sim.iterations=6`) beside the rows of its defaults, to see what a setting costs. Physics only = the backend's decimated step (one captured CUDA graph). Full = `env.step`
 (actions -> PD targets, physics, observations, rewards, terminations, masked resets).
 Prints a markdown table and writes JSON with --json PATH.
 """
@@ -43,23 +43,31 @@ def parse_variant(text: str) -> tuple[str, dict]:
 
 
 def task_config(task: str, num_envs: int, overrides: dict | None = None):
-    """The typed task config; ValueError or OmegaConf's key error on a bad override."""
+    """The typed task config (a variant's `sim` keys left out); ValueError or OmegaConf's key error on a
+    bad override."""
     from omegaconf import OmegaConf
 
     from unilab.registry import instantiate
 
-    return instantiate("task", OmegaConf.merge({"name": task, "num_envs": num_envs}, overrides or {}))
+    task_overrides = {k: v for k, v in (overrides or {}).items() if k != "sim"}
+    return instantiate("task", OmegaConf.merge({"name": task, "num_envs": num_envs}, task_overrides))
+
+
+def sim_config(task_graph: bool = True, overrides: dict | None = None):
+    """The typed sim config with a variant's `sim` keys; errors as `task_config`."""
+    from unilab.registry import instantiate
+
+    return instantiate("sim", {**(overrides or {}).get("sim", {}), "task_cuda_graph": task_graph})
 
 
 def bench(task: str, num_envs: int, device: str, iters: int, task_graph: bool = True,
           overrides: dict | None = None, variant: str = "defaults") -> dict:
     import torch
 
-    from unilab.registry import instantiate
     from unilab.tasks import make_env
 
     task_cfg = task_config(task, num_envs, overrides)
-    env = make_env(task_cfg, instantiate("sim", {"task_cuda_graph": task_graph}), device, seed=0)
+    env = make_env(task_cfg, sim_config(task_graph, overrides), device, seed=0)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     actions = torch.zeros(num_envs, env.action_dim, device=device)
     env.reset()
@@ -108,6 +116,7 @@ def main() -> None:
         for t in args.tasks:  # every config is checked before the first env is built
             for v, o in variants:
                 task_config(t, args.envs[0], o)
+                sim_config(True, o)
     except Exception as e:  # a malformed variant, an unknown key, a value its check rejects
         ap.error(str(e).splitlines()[0])  # exit 2, nothing built
     import torch

@@ -33,7 +33,8 @@ def test_malformed_variant_is_rejected(text):
         env_throughput.parse_variant(text)
 
 
-@pytest.mark.parametrize("variant, named", [("x:nope=1", "nope"), ("x:action_offset=sideways", "action_offset")])
+@pytest.mark.parametrize("variant, named", [("x:nope=1", "nope"), ("x:action_offset=sideways", "action_offset"),
+                                            ("x:sim.iterations=0", "sim.iterations")])
 def test_bad_override_exits_2_before_any_env_is_built(variant, named, tmp_path):
     out = tmp_path / "rows.json"
     done = subprocess.run([sys.executable, str(SCRIPT), "--tasks", "g1_motion_tracking", "--device", "cpu",
@@ -47,11 +48,15 @@ def test_variant_rows_are_timed_with_their_overrides(tmp_path, monkeypatch, caps
     # In this process (its imports are made already): the script's main() with its command line.
     out = tmp_path / "rows.json"
     monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--tasks", "g1_motion_tracking", "--device", "cpu", "--envs", "2",
-                                      "--iters", "1", "--variant", "stand:action_offset=stand", "--json", str(out)])
+                                      "--iters", "1", "--variant", "stand:action_offset=stand",
+                                      "--variant", "cap:sim.iterations=1", "--json", str(out)])
     env_throughput.main()
     rows = json.loads(out.read_text())["rows"]
-    assert [(r["variant"], r["overrides"]) for r in rows] == [("defaults", {}), ("stand", {"action_offset": "stand"})]
+    assert [(r["variant"], r["overrides"]) for r in rows] == [
+        ("defaults", {}), ("stand", {"action_offset": "stand"}), ("cap", {"sim": {"iterations": 1}})]
     assert all(r["full_ms"] > 0 and r["physics_ms"] > 0 for r in rows)
     # the feet are on the floor: the solver iterates, and the largest world at least as often as the mean
     assert all(1 <= r["solver_iterations_mean"] <= r["solver_iterations_max"] for r in rows)
+    # the sim key reached the solver: no world iterates past the cap, where the defaults' largest world does
+    assert rows[2]["solver_iterations_max"] == 1 < rows[0]["solver_iterations_max"]
     assert "| g1_motion_tracking | stand | 2 |" in capsys.readouterr().out

@@ -38,6 +38,8 @@ def test_config_is_light():
     assert out.stdout.strip() == "False"
     with pytest.raises(ValueError):
         MjWarpSimConfig(overflow="ignore")
+    with pytest.raises(ValueError, match="sim.iterations=0"):
+        MjWarpSimConfig(iterations=0)
 
 
 @pytest.mark.slow
@@ -157,3 +159,19 @@ def test_expand_model_field(backend, mj_model):
     _reset_all(backend, mj_model)
     backend.step()
     assert torch.isfinite(backend.qpos).all()
+
+
+@pytest.mark.slow
+def test_solver_caps_reach_the_solver(mj_model):
+    from unilab.sim.mjwarp_backend import MjWarpBackend
+
+    capped = MjWarpBackend(mj_model, N, "cpu", MjWarpSimConfig(iterations=1, ls_iterations=3))
+    assert (capped.model.opt.iterations, capped.model.opt.ls_iterations) == (1, 3)
+    assert (capped.mj_model.opt.iterations, mj_model.opt.iterations) == (1, 10)  # the caller's model is untouched
+    qpos = torch.as_tensor(g1.default_qpos(mj_model), dtype=torch.float32).repeat(N, 1)
+    qpos[:, 2] -= 0.01  # feet slightly in the floor: the contacts need the solver
+    capped.reset_worlds(torch.ones(N, dtype=torch.bool), qpos, torch.zeros(N, mj_model.nv))
+    capped.step()
+    import warp as wp
+
+    assert int(wp.to_torch(capped.data.solver_niter).max()) == 1

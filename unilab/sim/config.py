@@ -13,6 +13,11 @@ class MjWarpSimConfig:
     backend: str = "mjwarp"
     timestep: float = 0.005
     decimation: int = 4  # physics substeps per policy step (50 Hz policy at 0.005 s)
+    # Constraint-solver caps (MuJoCo's opt.iterations / opt.ls_iterations); None keeps the robot
+    # model's (10 / 20 for the G1). The captured solver loop runs until its slowest world converges
+    # or reaches the cap, so the cap bounds what one slippery world costs every world.
+    iterations: Optional[int] = None
+    ls_iterations: Optional[int] = None
     nconmax: Optional[int] = None  # contacts per world (None: derived from the robot's collision geoms)
     njmax: Optional[int] = None  # constraint rows per world (None: derived from the model)
     cuda_graph: bool = True  # capture the decimated step as one CUDA graph on CUDA
@@ -26,4 +31,5 @@ class MjWarpSimConfig:
     def __post_init__(self) -> None:
         positive_finite("sim.timestep", self.timestep)
         at_least_one("sim", self, ("decimation",))
+        at_least_one("sim", self, tuple(n for n in ("iterations", "ls_iterations") if getattr(self, n) is not None))
         one_of("sim.overflow", self.overflow, ("error", "count"))

@@ -68,7 +68,8 @@ class MjWarpBackend:
     one substep behind ``qpos``; ``forward()`` refreshes poses and body velocities (``cvel``) of all
     worlds (``sensordata`` is only written by ``step()``).
 
-    The ``mj_model`` is copied; the copy (``self.mj_model``) carries ``cfg.timestep``.
+    The ``mj_model`` is copied; the copy (``self.mj_model``) carries ``cfg.timestep`` and the solver caps
+    ``cfg.iterations`` / ``cfg.ls_iterations`` where set.
     """
 
     def __init__(self, mj_model: mujoco.MjModel, num_envs: int, device: str, cfg: MjWarpSimConfig):
@@ -81,6 +82,10 @@ class MjWarpBackend:
 
         self.mj_model = mjm = copy.copy(mj_model)
         mjm.opt.timestep = cfg.timestep
+        if cfg.iterations is not None:
+            mjm.opt.iterations = cfg.iterations
+        if cfg.ls_iterations is not None:
+            mjm.opt.ls_iterations = cfg.ls_iterations
         self.nconmax, self.njmax = derive_capacity(mjm, cfg.nconmax, cfg.njmax)
 
         with wp.ScopedDevice(self.wp_device):
