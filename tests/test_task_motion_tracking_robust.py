@@ -212,11 +212,17 @@ def test_per_joint_scale_from_the_figures(env):
     torch.testing.assert_close(env.backend.ctrl, offset + high * a)
 
 
+def test_solver_cap_is_the_tasks(env):
+    # The tracking worlds run the task's cap, not the G1 model's 10 (sim.iterations, unset here, would win).
+    assert env.backend.model.opt.iterations == env.cfg.solver_iterations == 6
+    assert g1.build_g1_model().opt.iterations == 10
+
+
 def test_per_joint_gain_trades_reach(env):
     """Actions are bounded to [-1, 1]. Around the stand pose the spans bound what the policy can ask for:
     at `per_joint_gain=4` every offset of the default clip from the stand pose is a target, at 2 the top
     of the clip's knee raise is not, at 1 neither are the hip and shoulder pitch. Around the reference
-    (the default) an action of 0 asks for every frame, so the default gain of 1 bounds the corrections
+    (the default) an action of 0 asks for every frame, so the default gain of 1.5 bounds the corrections
     only."""
     offset = (torch.as_tensor(env.clip.joint_pos, dtype=torch.float32) - env.default_joint_pos).abs().amax(dim=0)
     scale = env.per_joint_scale()
@@ -228,8 +234,8 @@ def test_per_joint_gain_trades_reach(env):
     assert short(2.0) == ["left_knee", "right_knee"]
     assert short(1.0) == ["left_hip_pitch", "left_knee", "right_hip_pitch", "right_knee", "left_shoulder_pitch",
                           "right_shoulder_pitch"]
-    assert (env.cfg.action_offset, env.cfg.per_joint_gain) == ("reference", 1.0)
-    torch.testing.assert_close(env.action_spans()[1], scale)
+    assert (env.cfg.action_offset, env.cfg.per_joint_gain) == ("reference", 1.5)
+    torch.testing.assert_close(env.action_spans()[1], 1.5 * scale)
 
 
 def _calm(action_offset: str):
@@ -300,6 +306,7 @@ def test_seeded_rollouts_are_deterministic_with_randomisation(env):
     (lambda: G1MotionTrackingConfig(action_scale="per_world"), "task.action_scale='per_world'"),
     (lambda: G1MotionTrackingConfig(action_scale=0.0), "task.action_scale=0.0"),
     (lambda: G1MotionTrackingConfig(per_joint_gain=0.0), "task.per_joint_gain"),
+    (lambda: G1MotionTrackingConfig(solver_iterations=0), "task.solver_iterations=0"),
     (lambda: G1MotionTrackingConfig(action_offset="default"), "task.action_offset='default'"),
     (lambda: RandomizationConfig(friction_range=(1.2, 0.3)), "task.randomization.friction_range"),
     (lambda: RandomizationConfig(push_interval_s=(0.0, 1.0)), "task.randomization.push_interval_s"),

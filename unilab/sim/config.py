@@ -13,9 +13,10 @@ class MjWarpSimConfig:
     backend: str = "mjwarp"
     timestep: float = 0.005
     decimation: int = 4  # physics substeps per policy step (50 Hz policy at 0.005 s)
-    # Constraint-solver caps (MuJoCo's opt.iterations / opt.ls_iterations); None keeps the robot
-    # model's (10 / 20 for the G1). The captured solver loop runs until its slowest world converges
-    # or reaches the cap, so the cap bounds what one slippery world costs every world.
+    # Constraint-solver caps (MuJoCo's opt.iterations / opt.ls_iterations); None keeps the task's
+    # model's (10 / 20 for the G1; the tracking task sets its own iterations, task.solver_iterations).
+    # The captured solver loop runs until its slowest world converges or reaches the cap, so the cap
+    # bounds what one slippery world costs every world.
     iterations: Optional[int] = None
     ls_iterations: Optional[int] = None
     nconmax: Optional[int] = None  # contacts per world (None: derived from the robot's collision geoms)

@@ -169,8 +169,9 @@ class G1MotionTrackingConfig:
     # Multiple of the per-joint scale an action of +-1 reaches. The anchor's Gaussian actions are
     # unbounded; ours are squashed to [-1, 1], and the learner's exploration noise is in action units:
     # the gain multiplies that noise in joint targets. Lower is more precise, as long as the spans
-    # still cover what the policy must reach (see action_offset).
-    per_joint_gain: float = 1.0
+    # still cover what the policy must reach (see action_offset) and leave room to catch a push: 1.5
+    # held the walk and the library under pushes where 1 fell, and 2 lost the jog (docs/en/tracking.md).
+    per_joint_gain: float = 1.5
     # What an action of 0 asks of each joint: "reference", the clip's joint positions one control step
     # ahead, so the policy outputs corrections to the clip; or "stand", the stand pose (the anchor
     # tracker's choice: the policy outputs the clip's joint positions itself). Around the stand pose the
@@ -180,6 +181,11 @@ class G1MotionTrackingConfig:
     action_offset: str = "reference"
     # Collisions between the robot's own geoms (see unilab/assets/g1.py) and the self_collision penalty.
     self_collisions: bool = True
+    # The constraint solver's iteration cap in this task's worlds (the G1 model's is 10; sim.iterations,
+    # where set, overrides it). MJWarp's captured solver loop runs until its slowest world converges, and
+    # with the per-env friction that is a slippery world needing nearly all of 10, in every substep, while
+    # most worlds converge well below 6: the cap truncates the slowest worlds only (docs/en/tracking.md).
+    solver_iterations: int = 6
     rewards: RewardConfig = field(default_factory=RewardConfig)
     terminations: TerminationConfig = field(default_factory=TerminationConfig)
     observations: ObservationConfig = field(default_factory=ObservationConfig)
@@ -192,7 +198,7 @@ class G1MotionTrackingConfig:
         return "per_joint" if self.action_scale == "per_joint" else "uniform"
 
     def __post_init__(self) -> None:
-        at_least_one("task", self, ("num_envs",))
+        at_least_one("task", self, ("num_envs", "solver_iterations"))
         check_sampling(self.sampling)
         check_action_scale(self.action_scale)
         positive_finite("task.per_joint_gain", self.per_joint_gain)
