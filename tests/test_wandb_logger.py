@@ -120,6 +120,16 @@ def test_an_old_run_config_reads_tensorboard_as_logger(tmp_path):
         assert load_run_config(tmp_path)["training"] == {"seed": 1, "logger": logger}
 
 
+def test_an_old_tracking_run_config_keeps_the_solver_cap_it_trained_with(tmp_path):
+    # Written before task.solver_iterations: the run trained at the G1 model's 10, not today's default.
+    for task, expected in (({"name": "g1_motion_tracking"}, 10),
+                           ({"name": "g1_motion_tracking", "solver_iterations": 6}, 6)):
+        (tmp_path / "run_config.json").write_text(json.dumps({"task": task}))
+        assert load_run_config(tmp_path)["task"]["solver_iterations"] == expected
+    (tmp_path / "run_config.json").write_text(json.dumps({"task": {"name": "g1_walk_flat"}}))
+    assert load_run_config(tmp_path)["task"] == {"name": "g1_walk_flat"}
+
+
 # --- compose: `train` refuses what cannot work, before anything exists ---------------------------------
 
 

@@ -42,11 +42,15 @@ def load_run_config(run: str | os.PathLike) -> dict[str, Any]:
 
 def upgrade_config(config: Any) -> Any:
     """An earlier version's run config in today's keys: training.tensorboard (true/false) became
-    training.logger ([tensorboard]/[])."""
+    training.logger ([tensorboard]/[]); a tracking run from before task.solver_iterations trained with
+    the G1 model's solver cap of 10, which eval and play must keep (today's default is lower)."""
     training = config.get("training") if isinstance(config, dict) else None
     if isinstance(training, dict) and "tensorboard" in training:
         enabled = training.pop("tensorboard")
         training.setdefault("logger", ["tensorboard"] if enabled else [])
+    task = config.get("task") if isinstance(config, dict) else None
+    if isinstance(task, dict) and task.get("name") == "g1_motion_tracking":
+        task.setdefault("solver_iterations", 10)
     return config
 
 
