@@ -6,8 +6,9 @@
 
 Each --variant NAME:KEY=VALUE[,KEY=VALUE...] adds rows of the task with those task overrides (dotted
 keys, YAML values: `randomization.friction_range=null`; keys under `sim.` set the simulation instead:
-`sim.iterations=6`) beside the rows of its defaults, to see what a setting costs. Physics only = the backend's decimated step (one captured CUDA graph). Full = `env.step`
-(actions -> PD targets, physics, observations, rewards, terminations, masked resets).
+`sim.iterations=6`) beside the rows of its defaults, to see what a setting costs. Physics only = the
+backend's decimated step (one captured CUDA graph). Full = `env.step` (actions -> PD targets, physics,
+observations, rewards, terminations, masked resets).
 Prints a markdown table and writes JSON with --json PATH.
 """
 

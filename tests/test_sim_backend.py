@@ -163,6 +163,8 @@ def test_expand_model_field(backend, mj_model):
 
 @pytest.mark.slow
 def test_solver_caps_reach_the_solver(mj_model):
+    import warp as wp
+
     from unilab.sim.mjwarp_backend import MjWarpBackend
 
     capped = MjWarpBackend(mj_model, N, "cpu", MjWarpSimConfig(iterations=1, ls_iterations=3))
@@ -172,6 +174,4 @@ def test_solver_caps_reach_the_solver(mj_model):
     qpos[:, 2] -= 0.01  # feet slightly in the floor: the contacts need the solver
     capped.reset_worlds(torch.ones(N, dtype=torch.bool), qpos, torch.zeros(N, mj_model.nv))
     capped.step()
-    import warp as wp
-
     assert int(wp.to_torch(capped.data.solver_niter).max()) == 1
