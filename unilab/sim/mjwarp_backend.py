@@ -257,6 +257,26 @@ class MjWarpBackend:
         if forward:
             self.forward()
 
+    # The dynamic state the next step depends on: positions, velocities, controls, time, the solver's
+    # warm start and the applied forces.
+    _STATE_FIELDS = ("qpos", "qvel", "ctrl", "time", "_qacc_warmstart", "_qfrc_applied", "_xfrc_applied")
+
+    def save_state(self) -> dict[str, torch.Tensor]:
+        """A copy of every world's dynamic state, for ``load_state`` (to step one state several ways)."""
+        return {name: getattr(self, name).clone() for name in self._STATE_FIELDS}
+
+    def load_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Put back a ``save_state`` copy, then ``forward()`` for the derived quantities."""
+        for name in self._STATE_FIELDS:
+            getattr(self, name).copy_(state[name])
+        self.forward()
+
+    def set_solver_iterations(self, iterations: int) -> None:
+        """Change every world's constraint-solver cap. A captured physics graph holds the cap as a launch
+        argument, so the next step captures anew."""
+        self.model.opt.iterations = self.mj_model.opt.iterations = int(iterations)
+        self._step_graph = None
+
     def expand_model_field(self, name: str) -> torch.Tensor:
         """Give every world its own copy of the batchable model field ``name`` (e.g.
         ``"geom_friction"``, ``"body_mass"``) and return its (N, ...) torch view, for domain
