@@ -92,7 +92,10 @@ class FakeMpsDaemon:
                 if self.silent:
                     self._stop.wait(30)
                     continue
-                conn.sendall(self._answer(command).encode())
+                try:
+                    conn.sendall(self._answer(command).encode())
+                except OSError:  # the client hung up first (a cancelled query), as the real daemon allows
+                    continue
 
     def _answer(self, command: str) -> str:
         verb, _, arg = command.partition(" ")

@@ -275,3 +275,37 @@ def test_verify_mps_clients_daemon_gone(host, daemon):
     daemon.stop()
     report = verify_mps_clients(ev, [1], timeout_s=0.3, host=host)
     assert not report.all_attached and report.error
+
+
+def test_a_cancelled_client_verification_verifies_nothing(host, daemon, fake_host):
+    """The launcher's check that both children are clients: a SIGINT/SIGTERM mid-way (cancelled) ends the
+    daemon queries unfinished, and then nothing may be recorded or printed as verified."""
+    import io
+    from types import SimpleNamespace
+
+    from unilab.launcher.console import Console
+    from unilab.launcher.launch import _verify
+
+    daemon.servers[5000] = [101, 102]  # both are clients: only the cancellation can stop the verification
+
+    class Manifest:
+        written = 0
+
+        def model_copy(self, update):
+            return self
+
+        def write(self, run_dir):
+            Manifest.written += 1
+
+    spec = SimpleNamespace(rank=0, name=lambda role: f"{role}[0]")
+    ranks = [SimpleNamespace(spec=spec, evidence=probe(host), device="cuda:0")]
+    ready = {"learner[0]": SimpleNamespace(pid=101, gpu_uuid=None),
+             "collector[0]": SimpleNamespace(pid=102, gpu_uuid=None)}
+    for cancelled, verified in ((lambda: True, False), (lambda: False, True)):
+        prepared = SimpleNamespace(config={"training": {"mps_attach_timeout_s": 5.0}}, manifest=Manifest(),
+                                   role_mps_env={}, run_dir=None)
+        out = io.StringIO()
+        assert _verify(prepared, ranks, ready, cancelled=cancelled, console=Console(stream=out)) is None
+        assert ("MPS clients verified: learner pid 101, collector pid 102 -> server pid 5000" in out.getvalue()) \
+            is verified, out.getvalue()
+        assert Manifest.written == int(verified)

@@ -268,6 +268,8 @@ def _verify(prepared: PreparedRun, ranks: list[_Rank], ready: dict[str, Ready],
                                           cancelled)
             if error is not None:
                 return error
+            if cancelled is not None and cancelled():
+                return None  # the queries stopped unfinished: nothing was verified, the caller stops the run
             record.cuda_process_sharing = evidence
             if console is not None:
                 console.print(f"MPS clients verified: learner pid {l_pid}, collector pid {c_pid} -> server pid "
