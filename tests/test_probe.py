@@ -279,14 +279,14 @@ def test_verify_mps_clients_daemon_gone(host, daemon):
 
 def test_a_cancelled_client_verification_verifies_nothing(host, daemon, fake_host):
     """The launcher's check that both children are clients: a SIGINT/SIGTERM mid-way (cancelled) ends the
-    daemon queries unfinished, and then nothing may be recorded or printed as verified."""
+    daemon queries unfinished, and then nothing may be recorded or printed as verified (the launcher
+    once printed `MPS clients verified ... -> server pid None` there)."""
     import io
     from types import SimpleNamespace
 
     from unilab.launcher.console import Console
     from unilab.launcher.launch import _verify
 
-    daemon.servers[5000] = [101, 102]  # both are clients: only the cancellation can stop the verification
 
     class Manifest:
         written = 0
@@ -302,6 +302,11 @@ def test_a_cancelled_client_verification_verifies_nothing(host, daemon, fake_hos
     ready = {"learner[0]": SimpleNamespace(pid=101, gpu_uuid=None),
              "collector[0]": SimpleNamespace(pid=102, gpu_uuid=None)}
     for cancelled, verified in ((lambda: True, False), (lambda: False, True)):
+        # Cancelled: the children are not clients (yet), so only the cancellation ends the polling. Then
+        # they are, and the verification passes.
+        daemon.servers.clear()
+        if verified:
+            daemon.servers[5000] = [101, 102]
         prepared = SimpleNamespace(config={"training": {"mps_attach_timeout_s": 5.0}}, manifest=Manifest(),
                                    role_mps_env={}, run_dir=None)
         out = io.StringIO()

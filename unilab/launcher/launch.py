@@ -268,8 +268,8 @@ def _verify(prepared: PreparedRun, ranks: list[_Rank], ready: dict[str, Ready],
                                           cancelled)
             if error is not None:
                 return error
-            if cancelled is not None and cancelled():
-                return None  # the queries stopped unfinished: nothing was verified, the caller stops the run
+            if evidence is None:
+                return None  # cancelled: nothing was verified, and the caller stops the run
             record.cuda_process_sharing = evidence
             if console is not None:
                 console.print(f"MPS clients verified: learner pid {l_pid}, collector pid {c_pid} -> server pid "
@@ -288,6 +288,8 @@ def _verify(prepared: PreparedRun, ranks: list[_Rank], ready: dict[str, Ready],
 
 
 def _verify_mps(prepared, evidence, children: dict, cancelled=None):
+    """(error, None) when a child is not a client; (None, None) when cancelled, nothing verified; else
+    (None, the evidence of the verified clients)."""
     for name, (_pid, uuid) in children.items():
         if uuid is not None and uuid != evidence.gpu_uuid:
             return CudaProcessSharingError(
@@ -298,7 +300,7 @@ def _verify_mps(prepared, evidence, children: dict, cancelled=None):
                                 timeout_s=float(prepared.config["training"]["mps_attach_timeout_s"]),
                                 cancelled=cancelled)
     if report.error == "cancelled":
-        return None, evidence
+        return None, None
     if not report.all_attached:
         names = ", ".join(f"the {pids[pid]} (pid {pid})" for pid in report.missing())
         return CudaProcessSharingError(
