@@ -175,6 +175,7 @@ class ScriptedTrackingEnv:
         self.clip_names, self.clip_num_frames = ["long", "short"], [21, 11]
         self.clip_length = torch.tensor([21, 11])
         self.frames_per_step = 1.0
+        self.part_names = {"body_pos": ("pelvis", "wrist"), "joint_pos": ("knee", "elbow", "ankle")}
         self.t = 0
 
     def reset_to_clips(self, clip_ids, frames=None):
@@ -194,6 +195,12 @@ class ScriptedTrackingEnv:
     def tracking_errors(self):
         return self.errors
 
+    def tracking_errors_by_part(self):
+        # the wrist's error is three times the pelvis's; the elbow's is the env's index in tenths
+        body = torch.stack((self.errors["body_pos"] / 2, self.errors["body_pos"] * 1.5), dim=1)
+        joint = torch.stack((torch.zeros(4), torch.arange(4) / 10, torch.full((4,), 0.3)), dim=1)
+        return {"body_pos": body, "joint_pos": joint}
+
 
 def test_tracking_rollout_on_scripted_episodes():
     from unilab.eval import tracking
@@ -212,6 +219,17 @@ def test_tracking_rollout_on_scripted_episodes():
     assert short["body_pos_error_mm"] == pytest.approx(5.0)
     o = tracking.overall(rows)
     assert o["completion"] == pytest.approx((0.6 + 0.5) / 2) and o["body_pos_error_mm"] == pytest.approx(5.625)
+    # The breakdown is averaged like the means: over the steps each env was tracking, then over the envs.
+    assert long["body_pos_error_mm_by_body"] == pytest.approx({"pelvis": 6.25 / 2, "wrist": 6.25 * 1.5})
+    assert long["joint_pos_error_rad_by_joint"] == pytest.approx({"knee": 0.0, "elbow": 0.05, "ankle": 0.3})
+    assert short["joint_pos_error_rad_by_joint"]["elbow"] == pytest.approx(0.2)  # env 2 only: env 3 never tracked
+    assert o["joint_pos_error_rad_by_joint"]["elbow"] == pytest.approx((0.05 + 0.2) / 2)
+    assert o["body_pos_error_mm_by_body"]["wrist"] == pytest.approx((6.25 + 5.0) * 1.5 / 2)
+    lines = tracking.format_suite("robust", {"per_clip": rows, "overall": o}, parts=2)
+    below_long = lines[lines.index(next(ln for ln in lines if ln.strip().startswith("long"))) + 1]
+    assert below_long.split(":")[0].strip() == "largest bodies" and below_long.index("wrist") < below_long.index("pelvis")
+    assert any(ln.strip() == "largest joints: ankle 0.300 rad, elbow 0.200 rad" for ln in lines)
+    assert not any("largest" in ln for ln in tracking.format_suite("robust", {"per_clip": rows, "overall": o}))
 
 
 def test_tracking_suites_turn_off_only_existing_randomisation():
@@ -271,8 +289,16 @@ def test_tracking_eval_writes_a_row_per_clip(tracking_run, tmp_path, capsys):
         for r in [*rows, report["suites"][suite]["overall"]]:
             assert 0.0 <= r["completion"] <= 1.0 and 0.0 <= r["fall_fraction"] <= 1.0
             assert r["body_pos_error_mm"] is None or r["body_pos_error_mm"] >= 0
+            if r["body_pos_error_mm"] is not None:  # the breakdown's mean is the row's mean
+                by_body = r["body_pos_error_mm_by_body"]
+                assert len(by_body) == 14 and "torso_link" in by_body
+                assert sum(by_body.values()) / len(by_body) == pytest.approx(r["body_pos_error_mm"], rel=1e-4)
+                by_joint = r["joint_pos_error_rad_by_joint"]
+                assert len(by_joint) == 29 and "left_knee_joint" in by_joint
+                assert sum(by_joint.values()) / len(by_joint) == pytest.approx(r["joint_pos_error_rad"], rel=1e-4)
     table = capsys.readouterr().out
     assert "[nominal]" in table and "bow" in table and "kick" in table and "mean" in table
+    assert "largest" not in table
     # Another motion (one clip file), one suite, another file.
     clip = tmp_path / "wave.npz"
     from unilab.motion import save_motion_clip
@@ -284,6 +310,10 @@ def test_tracking_eval_writes_a_row_per_clip(tracking_run, tmp_path, capsys):
                  "--device", "cpu") == 0
     report = json.loads(out.read_text())
     assert report["clips"] == ["wave"] and [r["clip"] for r in report["suites"]["nominal"]["per_clip"]] == ["wave"]
+    assert _eval(tracking_run, "--suite", "nominal", "--envs-per-clip", 1, "--parts", 3, "--out", out,
+                 "--device", "cpu") == 0
+    worst = [ln for ln in capsys.readouterr().out.splitlines() if "largest bodies" in ln]
+    assert len(worst) == 2 and worst[0].count(" mm") == 3  # one line per clip, three bodies each
 
 
 @pytest.mark.slow
@@ -294,4 +324,8 @@ def test_tracking_eval_bad_input_exits_2(tracking_run, walk_run, tmp_path, capsy
     assert "--envs-per-clip" in capsys.readouterr().err
     assert _eval(walk_run, "--motion", tmp_path / "none.npz", "--out", tmp_path / "c.json", *TINY) == 2
     assert "--motion is for motion tracking runs" in capsys.readouterr().err
+    assert _eval(walk_run, "--parts", 3, "--out", tmp_path / "d.json", *TINY) == 2
+    assert "--parts is for motion tracking runs" in capsys.readouterr().err
+    assert _eval(tracking_run, "--parts", -1, "--out", tmp_path / "e.json") == 2
+    assert "--parts -1" in capsys.readouterr().err
     assert not list(tmp_path.glob("*.json"))

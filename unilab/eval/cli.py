@@ -154,7 +154,8 @@ def evaluate(run: str, *, checkpoint: str | None = None, suites=("nominal", "rob
     return report
 
 
-def format_table(report: dict) -> str:
+def format_table(report: dict, parts: int = 0) -> str:
+    """The report as the console prints it; `parts`: motion tracking's largest body and joint errors per clip."""
     def num(x, fmt="{:.3f}"):
         return "-" if x is None else fmt.format(x)
 
@@ -163,7 +164,7 @@ def format_table(report: dict) -> str:
         from .tracking import format_suite
 
         for suite, res in report["suites"].items():
-            lines += format_suite(suite, res)
+            lines += format_suite(suite, res, parts)
         return "\n".join(lines)
     for suite, res in report["suites"].items():
         lines.append(f"\n[{suite}]  command (vx, vy, wz) -> achieved      lin err m/s  yaw err rad/s  falls  torque/limit")
@@ -191,6 +192,9 @@ def add_parser(sub) -> None:
     p.add_argument("--envs-per-clip", type=int, default=16, help="motion tracking: envs playing each clip")
     p.add_argument("--motion", help="motion tracking: a clip file or directory to evaluate on "
                                     "(default: the run's task.motion_file)")
+    p.add_argument("--parts", type=int, default=0, metavar="N",
+                   help="motion tracking: print each clip's N largest body position and joint errors (eval.json "
+                        "holds them all)")
     p.add_argument("--out", help="where to write the report (default: RUN/eval.json)")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     p.set_defaults(func=main)
@@ -211,14 +215,18 @@ def _settings(args: argparse.Namespace):
         if args.envs_per_clip < 1:
             raise EvalInputError("need --envs-per-clip >= 1")
         return TrackingEvalSettings(args.envs_per_clip, args.motion)
-    if args.motion is not None:
-        raise EvalInputError(f"--motion is for motion tracking runs; {args.run} trains {task}")
+    for flag, value in (("--motion", args.motion), ("--parts", args.parts or None)):
+        if value is not None:
+            raise EvalInputError(f"{flag} is for motion tracking runs; {args.run} trains {task}")
     return WalkEvalSettings(args.envs_per_command, args.hold_s, args.window_s)
 
 
 def main(args: argparse.Namespace) -> int:
     if args.envs_per_command < 1 or not 0 < args.window_s <= args.hold_s:
         print("unilab eval: need --envs-per-command >= 1 and 0 < --window-s <= --hold-s", file=sys.stderr)
+        return 2
+    if args.parts < 0:
+        print(f"unilab eval: --parts {args.parts}: need a count >= 0", file=sys.stderr)
         return 2
     suites = ("nominal", "robust") if args.suite == "all" else (args.suite,)
     try:
@@ -228,5 +236,5 @@ def main(args: argparse.Namespace) -> int:
     except EvalInputError as exc:
         print(f"unilab eval: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(report, indent=2) if args.json else format_table(report))
+    print(json.dumps(report, indent=2) if args.json else format_table(report, args.parts))
     return 0

@@ -18,6 +18,8 @@ import torch
 # The "off" value of randomisation settings whose off value is not simply zero or False.
 OFF_VALUES: dict[str, Any] = {"friction_range": None, "push_interval_s": None, "stagger_first_episode": False}
 METRICS = ("completion", "body_pos_error_mm", "joint_pos_error_rad", "anchor_ori_error_rad", "fall_fraction")
+# The per-body and per-joint breakdown of a row: its key, the env's error, the scale to the key's unit.
+BREAKDOWN = (("body_pos_error_mm_by_body", "body_pos", 1000.0), ("joint_pos_error_rad_by_joint", "joint_pos", 1.0))
 
 
 @dataclass
@@ -82,6 +84,7 @@ def rollout(env, policy, envs_per_clip: int) -> list[dict]:
     tracked = torch.zeros(n, device=dev)  # steps taken before the episode ended by a termination
     measured = torch.zeros(n, device=dev)
     sums = {key: torch.zeros(n, device=dev) for key in ("body_pos", "joint_pos", "anchor_ori")}
+    part_sums = {key: torch.zeros(n, len(env.part_names[key]), device=dev) for _, key, _ in BREAKDOWN}
     with torch.no_grad():
         for _ in range(steps):
             obs, _, _, terminated, truncated, _ = env.step(policy(obs))
@@ -92,11 +95,15 @@ def rollout(env, policy, envs_per_clip: int) -> list[dict]:
             errors = env.tracking_errors()
             for key, total in sums.items():
                 total += torch.where(alive, errors[key], 0.0)
+            parts = env.tracking_errors_by_part()
+            for key, total in part_sums.items():
+                total += torch.where(alive[:, None], parts[key], 0.0)
             measured += alive.float()
     to_track = (env.clip_length[clips] - 1).float()
     done_frames = torch.minimum(torch.round(tracked * env.frames_per_step), to_track)
     completion = torch.where(fell, done_frames / to_track, torch.ones_like(to_track))
     mean = {key: total / measured.clamp_min(1.0) for key, total in sums.items()}
+    part_mean = {key: total / measured.clamp_min(1.0)[:, None] for key, total in part_sums.items()}
     rows = []
     for c, name in enumerate(env.clip_names):
         block = slice(c * k, (c + 1) * k)
@@ -104,6 +111,12 @@ def rollout(env, policy, envs_per_clip: int) -> list[dict]:
 
         def avg(key, scale=1.0):
             return float(mean[key][block][ok].mean()) * scale if bool(ok.any()) else None
+
+        def by_part(key, scale):
+            if not bool(ok.any()):
+                return None
+            values = part_mean[key][block][ok].mean(dim=0) * scale
+            return dict(zip(env.part_names[key], values.tolist()))
 
         rows.append({
             "clip": name,
@@ -113,6 +126,7 @@ def rollout(env, policy, envs_per_clip: int) -> list[dict]:
             "joint_pos_error_rad": avg("joint_pos"),
             "anchor_ori_error_rad": avg("anchor_ori"),
             "fall_fraction": float(fell[block].float().mean()),
+            **{name: by_part(key, scale) for name, key, scale in BREAKDOWN},
         })
     return rows
 
@@ -123,10 +137,27 @@ def overall(rows: list[dict]) -> dict:
         vals = [r[key] for r in rows if r[key] is not None]
         return sum(vals) / len(vals) if vals else None
 
-    return {key: mean(key) for key in METRICS}
+    def mean_by_part(key):
+        tables = [r[key] for r in rows if r.get(key)]
+        return {part: sum(t[part] for t in tables) / len(tables) for part in tables[0]} if tables else None
+
+    return {**{key: mean(key) for key in METRICS}, **{key: mean_by_part(key) for key, _, _ in BREAKDOWN}}
 
 
-def format_suite(suite: str, result: dict) -> list[str]:
+def worst_parts(row: dict, count: int) -> list[str]:
+    """The `count` largest per-body and per-joint errors of a row, as lines (none where the row has none)."""
+    lines = []
+    for key, label, fmt in (("body_pos_error_mm_by_body", "bodies", "{:.0f} mm"),
+                            ("joint_pos_error_rad_by_joint", "joints", "{:.3f} rad")):
+        table = row.get(key)
+        if count > 0 and table:
+            worst = sorted(table.items(), key=lambda item: -item[1])[:count]
+            lines.append(f"      largest {label}: " + ", ".join(f"{name} {fmt.format(v)}" for name, v in worst))
+    return lines
+
+
+def format_suite(suite: str, result: dict, parts: int = 0) -> list[str]:
+    """The suite's table; with `parts` > 0, under each clip its `parts` largest body and joint errors."""
     width = max([len("clip"), len("mean")] + [len(r["clip"]) for r in result["per_clip"]])  # whole names
 
     def num(x, fmt):
@@ -138,6 +169,7 @@ def format_suite(suite: str, result: dict) -> list[str]:
                 f"{100 * (r['fall_fraction'] or 0):>5.1f}%")
 
     lines = [f"\n[{suite}]", f"  {'clip':<{width}} completion  body pos mm  joint pos rad  anchor ori rad  falls"]
-    lines += [line(r["clip"], r) for r in result["per_clip"]]
+    for r in result["per_clip"]:
+        lines += [line(r["clip"], r), *worst_parts(r, parts)]
     lines.append(line("mean", result["overall"]))
     return lines

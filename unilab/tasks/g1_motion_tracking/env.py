@@ -50,6 +50,7 @@ class G1MotionTrackingEnv(TaskEnv):
         root = model.body(model.jnt_bodyid[free[0]]).name
         self.tracking_bodies = list(g1.G1_TRACKING_BODIES)
         self.body_names = _unique([*self.tracking_bodies, g1.G1_ANCHOR_BODY, root, *g1.G1_END_EFFECTORS])
+        self.part_names = {"body_pos": tuple(self.tracking_bodies), "joint_pos": tuple(g1.G1_JOINT_NAMES)}
         # The clips are read before the backend compiles its kernels, so a bad file fails fast.
         path = cfg.motion_file if cfg.motion_file is not None else default_clip_path()
         self.motion = load_motion_library(path, body_names=self.body_names, num_joints=model.nu)
@@ -373,6 +374,13 @@ class G1MotionTrackingEnv(TaskEnv):
             "anchor_ori": r["anchor_ori"],
             "joint_pos": (self.ref_joint_pos - self.joint_pos).abs().mean(dim=1),
         }
+
+    def tracking_errors_by_part(self) -> dict[str, torch.Tensor]:
+        """Where the means of `tracking_errors` come from, for the eval's breakdown: (N, tracked bodies)
+        position errors (m) against the anchor-relative reference and (N, joints) absolute joint position
+        errors (rad) of the current state, in the order of `part_names`."""
+        r = self._compute_residuals()
+        return {"body_pos": r["body_pos_sq"].sqrt(), "joint_pos": (self.ref_joint_pos - self.joint_pos).abs()}
 
     # -------------------------------------------------------------- rewards
     def _reward_anchor_pos(self) -> torch.Tensor:
