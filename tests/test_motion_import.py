@@ -310,3 +310,68 @@ def test_fetch_motions_offline_imports_once(synth_clip, tmp_path, capsys):
     assert fetch.main(["--cache", str(tmp_path), "--offline"]) == 0
     assert "imported already" in capsys.readouterr().out and imported.stat().st_mtime_ns == mtime
     assert sorted(p.name for p in (tmp_path / "sources" / amp.name).iterdir()) == ["demo_clip.npz"]
+
+
+def rows_with_a_stance_in_the_floor(model, frames=(20, 60)) -> np.ndarray:
+    """motion_table's rows with the root set so that the lower sole is 5 mm above the floor, except in
+    `frames`, where it is 25 mm below it."""
+    from unilab.motion.feet import sole_heights
+
+    rows = motion_table(2.0, 50.0)
+    rows[:, 2] -= sole_heights(model, rows).min(axis=1) - 0.005
+    rows[frames[0]:frames[1], 2] -= 0.03
+    return rows
+
+
+def test_sole_heights_are_the_distances_mujoco_finds_to_the_floor():
+    from unilab.motion.feet import sole_heights
+
+    floor_model = g1.build_g1_model(with_floor=True)
+    floor_model.geom_margin[:] = 1.0  # every geom near the floor gets a contact, with its signed distance
+    rows = motion_table(0.4, 50.0)
+    rows[5:10, 2] -= 0.03  # some frames in the floor
+    soles = sole_heights(floor_model, rows)
+    d = mujoco.MjData(floor_model)
+    floor = floor_model.geom("floor").id
+    for t in range(len(rows)):
+        d.qpos[:] = rows[t]
+        mujoco.mj_forward(floor_model, d)
+        for f, foot in enumerate(g1.G1_FOOT_BODIES):
+            dist = [c.dist for c in d.contact[:d.ncon] if floor in (c.geom1, c.geom2)
+                    and floor_model.body(foot).id in floor_model.geom_bodyid[[c.geom1, c.geom2]]]
+            assert min(dist) == pytest.approx(soles[t, f], abs=1e-6)
+
+
+def test_info_reports_feet_below_the_floor(model, tmp_path, capsys):
+    src = write_csv(tmp_path / "sunk.csv", rows_with_a_stance_in_the_floor(model))
+    assert run_import(src, "--out", tmp_path / "sunk.npz", "--fps", 50) == 0
+    capsys.readouterr()
+    assert tools_main(["motion", "info", str(tmp_path / "sunk.npz"), "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["sole_lowest_m"] == pytest.approx(-0.025, abs=1e-6)
+    assert stats["below_floor_share"] == pytest.approx(40 / 101) and stats["below_floor_longest_s"] == pytest.approx(0.8)
+    assert tools_main(["motion", "info", str(tmp_path / "sunk.npz")]) == 0
+    assert "lowest sole -25 mm; 39.6% of frames" in capsys.readouterr().out
+
+
+def test_import_warns_of_feet_in_the_floor_and_lifts_them_out(model, tmp_path, capsys):
+    from unilab.motion.feet import sole_heights
+
+    rows = rows_with_a_stance_in_the_floor(model)
+    src = write_csv(tmp_path / "sunk.csv", rows)
+    assert run_import(src, "--out", tmp_path / "plain.npz", "--fps", 50) == 0
+    assert "below the floor for 0.80 s (from 0.40 s" in capsys.readouterr().err
+    assert run_import(src, "--out", tmp_path / "lifted.npz", "--fps", 50, "--lift-to-floor") == 0
+    out = capsys.readouterr()
+    assert "below the floor" not in out.err and "lifted the root out of the floor in 40% of frames" in out.out
+    plain, lifted = load_motion_clip(tmp_path / "plain.npz"), load_motion_clip(tmp_path / "lifted.npz")
+    np.testing.assert_allclose(lifted.joint_pos, plain.joint_pos)
+    lift = lifted.body_pos_w[:, 0, 2] - plain.body_pos_w[:, 0, 2]
+    np.testing.assert_allclose(lift[20:60], 0.025, atol=1e-6)  # the lower sole, on the floor
+    np.testing.assert_allclose(np.delete(lift, np.s_[20:60]), 0.0, atol=1e-7)  # feet above it: untouched
+    qpos = np.concatenate((lifted.body_pos_w[:, 0], lifted.body_quat_w[:, 0], lifted.joint_pos), axis=1)
+    assert sole_heights(model, qpos.astype(np.float64)).min() > -1e-6
+    # A clip whose feet stay out of the floor imports without the warning.
+    rows[20:60, 2] += 0.03
+    assert run_import(write_csv(tmp_path / "ok.csv", rows), "--out", tmp_path / "ok.npz", "--fps", 50) == 0
+    assert "floor" not in capsys.readouterr().err

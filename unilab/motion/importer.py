@@ -35,6 +35,7 @@ ROOT_Z_RANGE = (0.2, 1.5)  # m: a pelvis outside this for most frames is a unit 
 ROOT_Z_MAX_OUTSIDE = 0.5  # share of frames; a fall or a crawl dips below for a part of the clip
 FK_WARN_M = 0.01  # source body positions further than this from our FK: another model or body order
 FK_COMPARE_FRAMES = 200  # enough frames to see a model mismatch, few enough to stay quick
+FLOOR_WARN_S = 0.5  # s: feet below the floor this long are a stance in it, not a dip at a foot strike
 
 
 class MotionImportError(ValueError):
@@ -284,8 +285,8 @@ def control_fps() -> float:
 
 
 def import_motion(path: Path, *, fmt: str = "auto", fps: Optional[float] = None, quat_order: str = "xyzw",
-                  clip_to_limits: bool = False, out_fps: Optional[float] = None, warn=None,
-                  info=None) -> MotionClip:
+                  clip_to_limits: bool = False, out_fps: Optional[float] = None, lift_feet: bool = False,
+                  warn=None, info=None) -> MotionClip:
     """Read, check and convert `path`; raises MotionImportError on bad input (nothing is written here)."""
     from unilab.assets import g1
     from unilab.motion.synth import G1Kinematics, clip_from_qpos
@@ -329,9 +330,30 @@ def import_motion(path: Path, *, fmt: str = "auto", fps: Optional[float] = None,
             info(line)
     out_fps = out_fps or control_fps()
     qpos = resample_qpos(src, fps, out_fps)
+    qpos = check_feet(model, qpos, out_fps, lift_feet, warn, info)
     clip = clip_from_qpos(model, qpos, out_fps, kin, source=str(path))
     info(f"resampled {len(src.joint_pos)} frames at {fps:g} fps to {clip.num_frames} frames at {out_fps:g} fps")
     return clip
+
+
+def check_feet(model, qpos: np.ndarray, fps: float, lift: bool, warn, info) -> np.ndarray:
+    """qpos lifted out of the floor (`lift`), or as it is with a warning when a sole stays more than
+    BELOW_FLOOR_M below it for FLOOR_WARN_S or longer: a robot standing on the floor cannot follow it there."""
+    from unilab.motion.feet import BELOW_FLOOR_M, lift_to_floor, longest_run, sole_heights
+
+    if lift:
+        lifted, amount = lift_to_floor(model, qpos)
+        if amount.max() > 0:
+            info(f"lifted the root out of the floor in {np.mean(amount > 0):.0%} of frames, by up to "
+                 f"{amount.max() * 1000:.1f} mm")
+        return lifted
+    below = sole_heights(model, qpos).min(axis=1) < -BELOW_FLOOR_M
+    frames, first = longest_run(below)
+    if frames / fps >= FLOOR_WARN_S:
+        warn(f"a sole is more than {BELOW_FLOOR_M * 1000:.0f} mm below the floor for {frames / fps:.2f} s "
+             f"(from {first / fps:.2f} s; {below.mean():.0%} of all frames): a tracker cannot follow the feet "
+             "there; --lift-to-floor raises the root out of it")
+    return qpos
 
 
 def add_parser(motsub) -> None:
@@ -348,6 +370,9 @@ def add_parser(motsub) -> None:
                    help=f"clamp joint angles to the joint ranges instead of refusing those more than "
                    f"{JOINT_LIMIT_TOL:g} rad outside")
     p.add_argument("--out-fps", type=float, help="output frame rate (default: the tracking task's control rate)")
+    p.add_argument("--lift-to-floor", action="store_true",
+                   help="raise the root, frame by frame, by how far the lower sole is below the floor (frames "
+                        "whose feet are on or above it keep their root)")
     p.set_defaults(func=main)
 
 
@@ -365,6 +390,7 @@ def main(args) -> int:
     try:
         clip = import_motion(args.src, fmt=args.fmt, fps=args.fps, quat_order=args.quat_order,
                              clip_to_limits=args.clip_to_limits, out_fps=args.out_fps,
+                             lift_feet=args.lift_to_floor,
                              warn=say("warning: "), info=lambda msg: print(msg))
     except MotionImportError as exc:
         say("")(str(exc))

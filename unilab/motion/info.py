@@ -1,4 +1,5 @@
-"""`unilab motion info`: what a G1 clip asks of a tracker (duration, speeds, flight, joint speeds).
+"""`unilab motion info`: what a G1 clip asks of a tracker (duration, speeds, flight, joint speeds, feet
+below the floor).
 
 Reads our clip layout and the mjlab / BeyondMimic layout (no body_names: the G1 model's body order).
 Speeds come from finite differences of positions, so a source's own velocity fields are not trusted.
@@ -13,10 +14,23 @@ from pathlib import Path
 import numpy as np
 
 from unilab.motion.clip import MotionClip, MotionClipError, clip_from_arrays
+from unilab.motion.feet import BELOW_FLOOR_M, longest_run, sole_heights
 
 # m above the lowest the foot body gets in the clip: the ankle-roll link origin sits a few cm above the
 # sole and rises a little at heel-off, so walking stays below this while a jog's flight phase clears it.
 FLIGHT_HEIGHT_M = 0.05
+
+
+def clip_sole_heights(clip: MotionClip) -> "np.ndarray | None":
+    """(frames, feet) sole heights (unilab.motion.feet) of the clip's pelvis pose and joints on our G1; None
+    for a clip that is not in the G1's joint order or has no pelvis."""
+    from unilab.assets.g1 import G1_JOINT_NAMES, build_g1_model
+
+    if clip.num_joints != len(G1_JOINT_NAMES) or "pelvis" not in clip.body_names:
+        return None
+    pelvis = clip.body_index("pelvis")
+    qpos = np.concatenate((clip.body_pos_w[:, pelvis], clip.body_quat_w[:, pelvis], clip.joint_pos), axis=1)
+    return sole_heights(build_g1_model(with_floor=False), qpos.astype(np.float64))
 
 
 def load_any_clip(path: Path) -> MotionClip:
@@ -51,6 +65,8 @@ def motion_stats(clip: MotionClip) -> dict:
     p50, p95, p99 = np.percentile(joint_speed, [50, 95, 99])
     fastest = int(np.argmax(joint_speed.max(axis=0)))
     names = G1_JOINT_NAMES if clip.num_joints == len(G1_JOINT_NAMES) else [f"joint_{j}" for j in range(clip.num_joints)]
+    soles = clip_sole_heights(clip)
+    below = soles.min(axis=1) < -BELOW_FLOOR_M if soles is not None else None
     return {
         "file": clip.source,
         "duration_s": clip.duration,
@@ -65,6 +81,12 @@ def motion_stats(clip: MotionClip) -> dict:
         "joint_speed_p99_rad_s": float(p99),
         "fastest_joint": names[fastest],
         "fastest_joint_peak_rad_s": float(joint_speed[:, fastest].max()),
+        # Feet below the floor (null for a clip that is not the G1's): the lowest sole, the share of frames
+        # with a sole more than below_floor_m down, and the longest such stretch.
+        "sole_lowest_m": float(soles.min()) if soles is not None else None,
+        "below_floor_m": BELOW_FLOOR_M,
+        "below_floor_share": float(below.mean()) if below is not None else None,
+        "below_floor_longest_s": longest_run(below)[0] / clip.fps if below is not None else None,
     }
 
 
@@ -80,12 +102,18 @@ def render(stats: dict) -> str:
                         f"p99 {stats['joint_speed_p99_rad_s']:.2f} rad/s"),
         ("fastest joint", f"{stats['fastest_joint']} (peak {stats['fastest_joint_peak_rad_s']:.2f} rad/s)"),
     ]
+    if stats["sole_lowest_m"] is not None:
+        rows.append(("feet below the floor",
+                     f"lowest sole {round(1000 * stats['sole_lowest_m']) + 0:+d} mm; {stats['below_floor_share']:.1%} of frames "
+                     f"with a sole more than {1000 * stats['below_floor_m']:.0f} mm down, the longest stretch "
+                     f"{stats['below_floor_longest_s']:.2f} s"))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
 def add_parser(motsub) -> None:
-    p = motsub.add_parser("info", help="duration, root speed, flight phase and joint speeds of a clip")
+    p = motsub.add_parser("info", help="duration, root speed, flight phase, joint speeds and feet below the floor "
+                                       "of a clip")
     p.add_argument("file", type=Path, help="clip (.npz: ours or the mjlab layout)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=main)

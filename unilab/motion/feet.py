@@ -1,0 +1,68 @@
+"""Where a G1 clip's feet are against the floor (z = 0): the lowest point of each foot's collision geoms
+by forward kinematics on our G1. `unilab motion info` reports feet below the floor; `unilab motion import
+--lift-to-floor` lifts the root out of it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+# m: a sole lower than this below the floor counts as in it. Retargeted clips dip a few mm at foot strikes;
+# a reference that stays in the floor for seconds cannot be tracked by a robot standing on it.
+BELOW_FLOOR_M = 0.01
+
+
+def lowest_point_z(model, data) -> np.ndarray:
+    """(ngeom,) the lowest world z of each geom (spheres, capsules, cylinders, boxes exact; others by their
+    bounding sphere)."""
+    import mujoco
+
+    z = data.geom_xpos[:, 2]
+    axis_z = np.abs(data.geom_xmat.reshape(-1, 3, 3)[:, 2, :])  # |z component| of each local axis
+    size, kind, t = model.geom_size, model.geom_type, mujoco.mjtGeom
+    low = z - model.geom_rbound
+    sphere, capsule = kind == t.mjGEOM_SPHERE, kind == t.mjGEOM_CAPSULE
+    cylinder, box = kind == t.mjGEOM_CYLINDER, kind == t.mjGEOM_BOX
+    low[sphere] = z[sphere] - size[sphere, 0]
+    low[capsule] = z[capsule] - axis_z[capsule, 2] * size[capsule, 1] - size[capsule, 0]
+    radial = np.sqrt(np.clip(1.0 - axis_z[:, 2] ** 2, 0.0, 1.0))  # how far the flat ends tilt
+    low[cylinder] = z[cylinder] - axis_z[cylinder, 2] * size[cylinder, 1] - radial[cylinder] * size[cylinder, 0]
+    low[box] = z[box] - (axis_z[box] * size[box]).sum(axis=1)
+    return low
+
+
+def sole_heights(model, qpos: np.ndarray) -> np.ndarray:
+    """(frames, feet) the lowest point of each foot's collision geoms for (frames, nq) G1 qpos (root
+    position, root quaternion wxyz, joints in the G1's order)."""
+    import mujoco
+
+    from unilab.assets.g1 import G1_FOOT_BODIES
+
+    data = mujoco.MjData(model)
+    collides = (model.geom_contype != 0) | (model.geom_conaffinity != 0)
+    feet = [np.flatnonzero((model.geom_bodyid == model.body(b).id) & collides) for b in G1_FOOT_BODIES]
+    out = np.empty((len(qpos), len(feet)))
+    for t, q in enumerate(qpos):
+        data.qpos[:] = q
+        mujoco.mj_kinematics(model, data)
+        low = lowest_point_z(model, data)
+        out[t] = [low[g].min() for g in feet]
+    return out
+
+
+def longest_run(flags: np.ndarray) -> tuple[int, int]:
+    """(length, first index) of the longest stretch of consecutive True values; (0, 0) when there is none."""
+    best, start, run = 0, 0, 0
+    for i, f in enumerate(flags):
+        run = run + 1 if f else 0
+        if run > best:
+            best, start = run, i - run + 1
+    return best, start
+
+
+def lift_to_floor(model, qpos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """qpos with the root raised, frame by frame, by how far its lower sole is below the floor (never
+    lowered), and the lift (frames,) in m. Frames whose feet are on or above the floor keep their root."""
+    lift = np.maximum(0.0, -sole_heights(model, qpos).min(axis=1))
+    lifted = qpos.copy()
+    lifted[:, 2] += lift
+    return lifted, lift
