@@ -103,9 +103,10 @@ def render(stats: dict) -> str:
         ("fastest joint", f"{stats['fastest_joint']} (peak {stats['fastest_joint_peak_rad_s']:.2f} rad/s)"),
     ]
     if stats["sole_lowest_m"] is not None:
+        lowest_mm = round(1000 * stats["sole_lowest_m"]) + 0  # + 0: no "-0"
         rows.append(("feet below the floor",
-                     f"lowest sole {round(1000 * stats['sole_lowest_m']) + 0:+d} mm; {stats['below_floor_share']:.1%} of frames "
-                     f"with a sole more than {1000 * stats['below_floor_m']:.0f} mm down, the longest stretch "
+                     f"lowest sole {lowest_mm:+d} mm; {stats['below_floor_share']:.1%} of frames with a sole more "
+                     f"than {1000 * stats['below_floor_m']:.0f} mm down, the longest stretch "
                      f"{stats['below_floor_longest_s']:.2f} s"))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
