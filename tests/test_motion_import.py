@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import mujoco
 import numpy as np
@@ -376,3 +377,22 @@ def test_import_warns_of_feet_in_the_floor_and_lifts_them_out(model, tmp_path, c
     rows[20:60, 2] += 0.03
     assert run_import(write_csv(tmp_path / "ok.csv", rows), "--out", tmp_path / "ok.npz", "--fps", 50) == 0
     assert "floor" not in capsys.readouterr().err
+
+
+def test_info_of_a_directory_has_a_row_per_clip(model, tmp_path, capsys):
+    clips = tmp_path / "clips"
+    save_motion_clip(info_clip(), clips / "known.npz")
+    src = write_csv(tmp_path / "sunk.csv", rows_with_a_stance_in_the_floor(model))
+    assert run_import(src, "--out", clips / "sunk.npz", "--fps", 50) == 0
+    capsys.readouterr()
+    assert tools_main(["motion", "info", str(clips), "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert [Path(s["file"]).name for s in stats] == ["known.npz", "sunk.npz"]
+    assert stats[1]["below_floor_longest_s"] == pytest.approx(0.8)
+    assert tools_main(["motion", "info", str(clips)]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[1].split()[0] == "known" and rows[1].split()[5] == "20%"  # the flight share of info_clip
+    assert rows[2].split()[0] == "sunk" and rows[2].split()[-3:] == ["40%,", "0.80", "s"]
+    (tmp_path / "empty").mkdir()
+    assert tools_main(["motion", "info", str(tmp_path / "empty")]) == 2
+    assert "no .npz motion clip" in capsys.readouterr().err

@@ -112,19 +112,40 @@ def render(stats: dict) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
+def render_table(all_stats: list[dict]) -> str:
+    """One row per clip of a directory: what `render` says of each, in short."""
+    def feet(st):
+        return "-" if st["sole_lowest_m"] is None else f"{st['below_floor_share']:.0%}, {st['below_floor_longest_s']:.2f} s"
+
+    rows = [("clip", "s", "speed m/s", "flight", "joint p95", "feet in floor")]
+    rows += [(Path(st["file"]).stem, f"{st['duration_s']:.1f}",
+              f"{st['root_speed_mean_m_s']:.2f} / {st['root_speed_peak_m_s']:.2f}", f"{st['flight_share']:.0%}",
+              f"{st['joint_speed_p95_rad_s']:.2f}", feet(st)) for st in all_stats]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    return "\n".join(lines) + ("\n\nspeed: the pelvis's mean / peak; joint p95: rad/s; feet in floor: frames with a "
+                               f"sole more than {1000 * BELOW_FLOOR_M:.0f} mm down, the longest stretch")
+
+
 def add_parser(motsub) -> None:
     p = motsub.add_parser("info", help="duration, root speed, flight phase, joint speeds and feet below the floor "
-                                       "of a clip")
-    p.add_argument("file", type=Path, help="clip (.npz: ours or the mjlab layout)")
+                                       "of a clip, or of each clip of a directory")
+    p.add_argument("file", type=Path, help="clip (.npz: ours or the mjlab layout), or a directory of them")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
+    from unilab.motion.library import motion_files
+
     try:
-        stats = motion_stats(load_any_clip(args.file))
+        files = motion_files(args.file) if args.file.is_dir() else [args.file]
+        all_stats = [motion_stats(load_any_clip(f)) for f in files]
     except MotionClipError as exc:
         print(f"unilab motion info: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(stats, indent=2) if args.json else render(stats))
+    if args.file.is_dir():
+        print(json.dumps(all_stats, indent=2) if args.json else render_table(all_stats))
+    else:
+        print(json.dumps(all_stats[0], indent=2) if args.json else render(all_stats[0]))
     return 0
