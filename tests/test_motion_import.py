@@ -322,13 +322,19 @@ def test_fetch_motions_offline_imports_once(synth_clip, tmp_path, capsys):
     np.testing.assert_allclose(lifted.body_pos_w[:, 0, 2] - plain.body_pos_w[:, 0, 2], 0.02, atol=2e-4)
 
 
+def feet_kinematics(model):
+    from unilab.motion.synth import G1Kinematics
+
+    return G1Kinematics(model, g1.G1_JOINT_NAMES, g1.G1_FOOT_BODIES)
+
+
 def rows_with_a_stance_in_the_floor(model, frames=(20, 60)) -> np.ndarray:
     """motion_table's rows with the root set so that the lower sole is 5 mm above the floor, except in
     `frames`, where it is 25 mm below it."""
     from unilab.motion.feet import sole_heights
 
     rows = motion_table(2.0, 50.0)
-    rows[:, 2] -= sole_heights(model, rows).min(axis=1) - 0.005
+    rows[:, 2] -= sole_heights(feet_kinematics(model), rows).min(axis=1) - 0.005
     rows[frames[0]:frames[1], 2] -= 0.03
     return rows
 
@@ -340,7 +346,7 @@ def test_sole_heights_are_the_distances_mujoco_finds_to_the_floor():
     floor_model.geom_margin[:] = 1.0  # every geom near the floor gets a contact, with its signed distance
     rows = motion_table(0.4, 50.0)
     rows[5:10, 2] -= 0.03  # some frames in the floor
-    soles = sole_heights(floor_model, rows)
+    soles = sole_heights(feet_kinematics(floor_model), rows)
     d = mujoco.MjData(floor_model)
     floor = floor_model.geom("floor").id
     for t in range(len(rows)):
@@ -381,7 +387,7 @@ def test_import_warns_of_feet_in_the_floor_and_lifts_them_out(model, tmp_path, c
     np.testing.assert_allclose(lift[20:60], 0.025, atol=1e-6)  # the lower sole, on the floor
     np.testing.assert_allclose(np.delete(lift, np.s_[20:60]), 0.0, atol=1e-7)  # feet above it: untouched
     qpos = np.concatenate((lifted.body_pos_w[:, 0], lifted.body_quat_w[:, 0], lifted.joint_pos), axis=1)
-    assert sole_heights(model, qpos.astype(np.float64)).min() > -1e-6
+    assert sole_heights(feet_kinematics(model), qpos.astype(np.float64)).min() > -1e-6
     # A clip whose feet stay out of the floor imports without the warning.
     rows[20:60, 2] += 0.03
     assert run_import(write_csv(tmp_path / "ok.csv", rows), "--out", tmp_path / "ok.npz", "--fps", 50) == 0

@@ -11,15 +11,16 @@ import numpy as np
 BELOW_FLOOR_M = 0.01
 
 
-def lowest_point_z(model, data) -> np.ndarray:
-    """(ngeom,) the lowest world z of each geom (spheres, capsules, cylinders, boxes exact; others by their
-    bounding sphere)."""
+def lowest_point_z(model, data, geoms) -> np.ndarray:
+    """(len(geoms),) the lowest world z of each geom, exact for spheres, capsules, cylinders and boxes
+    (others by their bounding sphere). `G1Kinematics.foot_lowest_z` bounds it by the geoms' bounding
+    boxes, which is what clip synthesis places on the floor; here the exact point is measured."""
     import mujoco
 
-    z = data.geom_xpos[:, 2]
-    axis_z = np.abs(data.geom_xmat.reshape(-1, 3, 3)[:, 2, :])  # |z component| of each local axis
-    size, kind, t = model.geom_size, model.geom_type, mujoco.mjtGeom
-    low = z - model.geom_rbound
+    z = data.geom_xpos[geoms, 2]
+    axis_z = np.abs(data.geom_xmat[geoms].reshape(-1, 3, 3)[:, 2, :])  # |z component| of each local axis
+    size, kind, t = model.geom_size[geoms], model.geom_type[geoms], mujoco.mjtGeom
+    low = z - model.geom_rbound[geoms]
     sphere, capsule = kind == t.mjGEOM_SPHERE, kind == t.mjGEOM_CAPSULE
     cylinder, box = kind == t.mjGEOM_CYLINDER, kind == t.mjGEOM_BOX
     low[sphere] = z[sphere] - size[sphere, 0]
@@ -30,22 +31,14 @@ def lowest_point_z(model, data) -> np.ndarray:
     return low
 
 
-def sole_heights(model, qpos: np.ndarray) -> np.ndarray:
-    """(frames, feet) the lowest point of each foot's collision geoms for (frames, nq) G1 qpos (root
-    position, root quaternion wxyz, joints in the G1's order)."""
-    import mujoco
-
-    from unilab.assets.g1 import G1_FOOT_BODIES
-
-    data = mujoco.MjData(model)
-    collides = (model.geom_contype != 0) | (model.geom_conaffinity != 0)
-    feet = [np.flatnonzero((model.geom_bodyid == model.body(b).id) & collides) for b in G1_FOOT_BODIES]
-    out = np.empty((len(qpos), len(feet)))
+def sole_heights(kin, qpos: np.ndarray) -> np.ndarray:
+    """(frames, feet) the lowest point of each foot's collision geoms (`kin.foot_geoms`, a
+    unilab.motion.synth.G1Kinematics) for (frames, nq) G1 qpos (root position, root quaternion wxyz,
+    joints in the G1's order)."""
+    out = np.empty((len(qpos), len(kin.foot_geoms)))
     for t, q in enumerate(qpos):
-        data.qpos[:] = q
-        mujoco.mj_kinematics(model, data)
-        low = lowest_point_z(model, data)
-        out[t] = [low[g].min() for g in feet]
+        kin.fk(q)
+        out[t] = [lowest_point_z(kin.m, kin.d, geoms).min() for geoms in kin.foot_geoms]
     return out
 
 
@@ -59,10 +52,10 @@ def longest_run(flags: np.ndarray) -> tuple[int, int]:
     return best, start
 
 
-def lift_to_floor(model, qpos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def lift_to_floor(kin, qpos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """qpos with the root raised, frame by frame, by how far its lower sole is below the floor (never
     lowered), and the lift (frames,) in m. Frames whose feet are on or above the floor keep their root."""
-    lift = np.maximum(0.0, -sole_heights(model, qpos).min(axis=1))
+    lift = np.maximum(0.0, -sole_heights(kin, qpos).min(axis=1))
     lifted = qpos.copy()
     lifted[:, 2] += lift
     return lifted, lift

@@ -330,24 +330,24 @@ def import_motion(path: Path, *, fmt: str = "auto", fps: Optional[float] = None,
             info(line)
     out_fps = out_fps or control_fps()
     qpos = resample_qpos(src, fps, out_fps)
-    qpos = check_feet(model, qpos, out_fps, lift_feet, warn, info)
+    qpos = check_feet(kin, qpos, out_fps, lift_feet, warn, info)
     clip = clip_from_qpos(model, qpos, out_fps, kin, source=str(path))
     info(f"resampled {len(src.joint_pos)} frames at {fps:g} fps to {clip.num_frames} frames at {out_fps:g} fps")
     return clip
 
 
-def check_feet(model, qpos: np.ndarray, fps: float, lift: bool, warn, info) -> np.ndarray:
+def check_feet(kin, qpos: np.ndarray, fps: float, lift: bool, warn, info) -> np.ndarray:
     """qpos lifted out of the floor (`lift`), or as it is with a warning when a sole stays more than
     BELOW_FLOOR_M below it for FLOOR_WARN_S or longer: a robot standing on the floor cannot follow it there."""
     from unilab.motion.feet import BELOW_FLOOR_M, lift_to_floor, longest_run, sole_heights
 
     if lift:
-        lifted, amount = lift_to_floor(model, qpos)
+        lifted, amount = lift_to_floor(kin, qpos)
         if amount.max() > 0:
             info(f"lifted the root out of the floor in {np.mean(amount > 0):.0%} of frames, by up to "
                  f"{amount.max() * 1000:.1f} mm")
         return lifted
-    below = sole_heights(model, qpos).min(axis=1) < -BELOW_FLOOR_M
+    below = sole_heights(kin, qpos).min(axis=1) < -BELOW_FLOOR_M
     frames, first = longest_run(below)
     if frames / fps >= FLOOR_WARN_S:
         warn(f"a sole is more than {BELOW_FLOOR_M * 1000:.0f} mm below the floor for {frames / fps:.2f} s "

@@ -24,13 +24,15 @@ FLIGHT_HEIGHT_M = 0.05
 def clip_sole_heights(clip: MotionClip) -> "np.ndarray | None":
     """(frames, feet) sole heights (unilab.motion.feet) of the clip's pelvis pose and joints on our G1; None
     for a clip that is not in the G1's joint order or has no pelvis."""
-    from unilab.assets.g1 import G1_JOINT_NAMES, build_g1_model
+    from unilab.assets.g1 import G1_FOOT_BODIES, G1_JOINT_NAMES, build_g1_model
+    from unilab.motion.synth import G1Kinematics
 
     if clip.num_joints != len(G1_JOINT_NAMES) or "pelvis" not in clip.body_names:
         return None
     pelvis = clip.body_index("pelvis")
     qpos = np.concatenate((clip.body_pos_w[:, pelvis], clip.body_quat_w[:, pelvis], clip.joint_pos), axis=1)
-    return sole_heights(build_g1_model(with_floor=False), qpos.astype(np.float64))
+    kin = G1Kinematics(build_g1_model(with_floor=False), G1_JOINT_NAMES, G1_FOOT_BODIES)
+    return sole_heights(kin, qpos.astype(np.float64))
 
 
 def load_any_clip(path: Path) -> MotionClip:
