@@ -33,6 +33,7 @@
 #                                       learning runs side by side under GPU G's daemon (mps-start first), one `learn`
 #                                       of one segment per line of SPEC: NAME SECONDS OVERRIDE... ('#' comments;
 #                                       $CLIPS in a line: the imported clips, default ~/.cache/unilab/motions/imported;
+#                                       $LIFTED: the same lifted to the floor, default ~/.cache/unilab/motions/lifted;
 #                                       overrides after `--` go to every run); then `wait`, then `evals`
 #   evals [--gpu G] [--envs-per-clip K] [NAME ...]
 #                                       `unilab eval` (tracking) of the `learn` runs of DIR (or the NAMEs) in parallel
@@ -71,6 +72,7 @@ RAW_PIPE=/tmp/mps/pipe RAW_LOG=/tmp/mps/log
 S=${SESSION_DIR:-/tmp/session}
 LEARN_DIR=${LEARN_DIR:-/tmp/learn}
 CLIPS=${CLIPS:-$HOME/.cache/unilab/motions/imported}
+LIFTED=${LIFTED:-$HOME/.cache/unilab/motions/lifted}  # benchmarks/fetch_motions.py --lift-to-floor
 DRY=${DRY_RUN:-0}
 while [ $# -gt 0 ]; do
   case $1 in
@@ -399,7 +401,7 @@ cmd_soak() {
 rows() { cat "$1/metrics.jsonl" 2> /dev/null | wc -l; }  # RUN_DIR: its metrics rows so far
 
 SPEC_LINES=()
-read_spec() {  # SPEC -> SPEC_LINES (comments and blank lines dropped, $CLIPS expanded); a bad spec exits 2
+read_spec() {  # SPEC -> SPEC_LINES (comments and blank lines dropped, $CLIPS and $LIFTED expanded); a bad spec exits 2
   local spec=$1 line name secs
   [ -f "$spec" ] || die "batch SPEC: no spec file '$spec'"
   while IFS= read -r line || [ -n "$line" ]; do
@@ -407,7 +409,8 @@ read_spec() {  # SPEC -> SPEC_LINES (comments and blank lines dropped, $CLIPS ex
     read -r name secs _ <<< "$line"
     [[ $name =~ ^[A-Za-z0-9_.-]+$ ]] || die "bad run name '$name' in $spec"
     [[ $secs =~ ^[0-9]+$ ]] || die "run $name in $spec: SECONDS must be a whole number, got '$secs'"
-    SPEC_LINES+=("${line//\$CLIPS/$CLIPS}")
+    line=${line//\$CLIPS/$CLIPS}
+    SPEC_LINES+=("${line//\$LIFTED/$LIFTED}")
   done < "$spec"
   [ ${#SPEC_LINES[@]} -gt 0 ] || die "$spec names no run"
 }

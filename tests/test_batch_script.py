@@ -52,7 +52,8 @@ FAKE_UNILAB = textwrap.dedent("""
 def session(tmp_path):
     (tmp_path / "train.py").write_text(FAKE_TRAIN)
     (tmp_path / "unilab.py").write_text(FAKE_UNILAB)
-    env = {**os.environ, "LEARN_DIR": str(tmp_path / "learn"), "CLIPS": "/clips", "PYTHON": sys.executable,
+    env = {**os.environ, "LEARN_DIR": str(tmp_path / "learn"), "CLIPS": "/clips", "LIFTED": "/lifted",
+           "PYTHON": sys.executable,
            "TRAIN": f"{sys.executable} {tmp_path / 'train.py'}", "UNILAB": f"{sys.executable} {tmp_path / 'unilab.py'}",
            "FAKE_LOG": str(tmp_path / "unilab_calls.log")}
     env.pop("SESSION_DIR", None)
@@ -69,7 +70,7 @@ def session(tmp_path):
 
 def test_runs_stop_at_their_times_and_the_summary_counts_rows_after_a_neighbours_stop(session):
     spec = session.path / "spec"
-    spec.write_text("# two variants\nshort 2 task.motion_file=$CLIPS/a.npz\n\nlong 5 task.motion_file=$CLIPS/a.npz "
+    spec.write_text("# two variants\nshort 2 task.motion_file=$CLIPS/a.npz\n\nlong 5 task.motion_file=$LIFTED/a.npz "
                     "task.per_joint_gain=4\n")
     session("batch", str(spec), "--algo", "flashsac", "--task", "g1_motion_tracking", "--envs", "64",
             "--", "task.rewards.weights.termination=-100")
@@ -82,7 +83,7 @@ def test_runs_stop_at_their_times_and_the_summary_counts_rows_after_a_neighbours
     assert after >= 100  # three more seconds at up to 250 rows/s
     assert "fault" not in out
     argv = json.loads((session.path / "learn" / "long" / "argv.json").read_text())
-    assert argv[-4:] == ["task.rewards.weights.termination=-100", "task.motion_file=/clips/a.npz",
+    assert argv[-4:] == ["task.rewards.weights.termination=-100", "task.motion_file=/lifted/a.npz",
                          "task.per_joint_gain=4", "training.run_name=long"]
     assert "+execution=mps" in argv and "task.num_envs=64" in argv
     curve = (session.path / "s" / "curves" / "long" / "metrics.jsonl").read_text().splitlines()
