@@ -86,6 +86,9 @@ class TrainingConfig(ExecutionConfig):
     # has collapsed at such a resume (docs/en/performance.md); a full refill is the default.
     resume_refill_fraction: float = 1.0
     env_steps_per_sync: int = 1
+    # true: each update phase samples the replay before the collector's new chunk is added (the chunk
+    # follows it), so the update overlaps the chunk's physics instead of the next acting forward pass.
+    update_before_ingest: bool = False
     # null mode only: point the children at an empty pipe directory, so that a running MPS daemon
     # cannot take them as clients (a clean non-MPS baseline for A/B runs from one shell).
     block_ambient_mps: bool = False

@@ -209,6 +209,7 @@ class LearnerLoop:
         self.max_iterations = algo.max_iterations
         self.save_interval = algo.save_interval
         self.learning_starts = algo.learning_starts
+        self.update_before_ingest = bool(spec.training["update_before_ingest"])
         self.nan_guard = bool(spec.training["nan_guard"]["enabled"])
         self.nan_trips = 0
         loggers = spec.extra.get("logger", ["tensorboard"])
@@ -230,7 +231,8 @@ class LearnerLoop:
         # so the host never waits for the GPU on the hot path.
         self.lag = 2
         ring = self.lag + 1
-        self.stamps = [{name: Stamp(device) for name in ("inf_start", "inf_end", "train_start", "train_end")}
+        self.stamps = [{name: Stamp(device) for name in ("inf_start", "inf_end", "train_start", "update_end",
+                                                         "train_end")}
                        for _ in range(ring)]
         self.published = [Stamp(device) for _ in range(ring)]
         self.last_published = None
@@ -300,8 +302,6 @@ class LearnerLoop:
             self.learner.export_onnx(f"{self.spec.run_dir}/{POLICY_ONNX_FILE}", meta)
 
     def _update_phase(self, s: int, st: dict) -> None:
-        torch = self.torch
-        slot = self.slots[s]
         with self._stream(self.upd_stream):
             if self.upd_stream is not None:
                 self.upd_stream.wait_event(st["inf_end"].event)  # inference has read the acting weights
@@ -312,33 +312,54 @@ class LearnerLoop:
             published = self.published[self.iteration % len(self.published)]
             published.record(self.upd_stream)
             self.last_published = published
-            self.slot_ready[s].wait(self.upd_stream)
-            st["train_start"].record(self.upd_stream)
-            self.learner.add({k: slot[k] for k in TRANSITION_FIELDS})
-            # copied before the slot is handed back to the collector
-            slot_stats = torch.cat([slot["episode_stats"], slot["task_metrics"]])
-            self.slot_free[s].record(self.upd_stream)
-            self.to_collector.put(SlotFree(s))
-            losses = None
-            if (self.learner.ready() and self.iteration - self.segment_start >= self.learning_starts
-                    and self.learner.replay.size >= self.min_replay_to_update):
-                first = not self.trained_once and self._first_update_s is None
-                if first:
-                    self.phase("first update: compiling the losses and capturing the graphs (when the algorithm "
-                               "does)")
-                    t0 = time.monotonic()
-                out = self.learner.update()
-                if first:
-                    self._first_update_s = time.monotonic() - t0
-                    self.phase(f"first update launched after {self._first_update_s:.1f} s; updating every iteration")
-                losses = torch.stack([out["critic_loss"].float(), out["actor_loss"].float(), out["alpha"].float()])
-                self.trained_once = True
+            if self.update_before_ingest:
+                # The update samples the replay as it stands, so it need not wait for the chunk's last
+                # physics step and overlaps it; the chunk is ingested after it (and sampled from the
+                # next phase on). The acting policy's next forward pass, which does wait for that step,
+                # then no longer starts together with the update.
+                st["train_start"].record(self.upd_stream)
+                losses = self._update()
+                st["update_end"].record(self.upd_stream)
+                slot_stats = self._ingest(s)
+            else:
+                slot_stats = self._ingest(s, st)
+                losses = self._update()
+                st["update_end"].record(self.upd_stream)
             host = self.host_stats[self.iteration % len(self.host_stats)]
             # Constant tensors live on the device already: a host->device copy here would sync.
             trained = self._flags[0] if losses is not None else self._flags[1]
             packed = IterationStats.pack(slot_stats, losses if losses is not None else self._nan3, trained)
             host.copy_(packed, non_blocking=True)
             st["train_end"].record(self.upd_stream)
+
+    def _ingest(self, s: int, st: dict | None = None):
+        """Wait for slot `s` on the update stream, add it to the replay and hand it back; its statistics."""
+        slot = self.slots[s]
+        self.slot_ready[s].wait(self.upd_stream)
+        if st is not None:
+            st["train_start"].record(self.upd_stream)
+        self.learner.add({k: slot[k] for k in TRANSITION_FIELDS})
+        # copied before the slot is handed back to the collector
+        slot_stats = self.torch.cat([slot["episode_stats"], slot["task_metrics"]])
+        self.slot_free[s].record(self.upd_stream)
+        self.to_collector.put(SlotFree(s))
+        return slot_stats
+
+    def _update(self):
+        """Launch one update phase when the replay allows it; its (critic, actor, alpha) losses or None."""
+        if not (self.learner.ready() and self.iteration - self.segment_start >= self.learning_starts
+                and self.learner.replay.size >= self.min_replay_to_update):
+            return None
+        first = not self.trained_once and self._first_update_s is None
+        if first:
+            self.phase("first update: compiling the losses and capturing the graphs (when the algorithm does)")
+            t0 = time.monotonic()
+        out = self.learner.update()
+        if first:
+            self._first_update_s = time.monotonic() - t0
+            self.phase(f"first update launched after {self._first_update_s:.1f} s; updating every iteration")
+        self.trained_once = True
+        return self.torch.stack([out["critic_loss"].float(), out["actor_loss"].float(), out["alpha"].float()])
 
     def _report_refill(self) -> None:
         """The resume's refill on the console: every quarter, and when the updates start."""
@@ -391,7 +412,7 @@ class LearnerLoop:
             "iteration_ms": iteration_ms,
             "env_steps_per_s": self.dims.num_envs * self.dims.ticks_per_slot / (iteration_ms / 1e3)
             if iteration_ms else None,
-            "learner_train_ms": st["train_start"].ms_until(st["train_end"]),
+            "learner_train_ms": st["train_start"].ms_until(st["update_end"]),
             "learner_wait_for_collector_ms": p["wait_ms"],
             "learner_inference_ms": st["inf_start"].ms_until(st["inf_end"]),
             "replay_size": p["replay_size"],
