@@ -55,7 +55,7 @@ def loop(update_before_ingest: bool, batch: int = ROWS) -> LearnerLoop:
     lp.trained_once, lp._first_update_s = False, None
     lp.phase = lambda text: None
     lp.slots = [{**{k: torch.zeros(ROWS, 1) for k in TRANSITION_FIELDS},
-                 "episode_stats": torch.tensor([float(s), 0.0, 0.0]),
+                 "episode_stats": torch.tensor([float(s)] + [0.0] * (len(EPISODE_STATS) - 1)),  # s episodes ended
                  "task_metrics": torch.zeros(MAX_TASK_METRICS)} for s in range(2)]
     lp.slot_ready, lp.slot_free = [NoEvent(), NoEvent()], [NoEvent(), NoEvent()]
     lp.to_collector = Sink()
