@@ -317,3 +317,6 @@ def test_compare_reports_a_partly_failed_arm(tmp_path, capsys):
     assert code == 1 and gates(report)["completed"] is False
     detail = next(g["detail"] for g in report["groups"][0]["gates"] if g["gate"] == "completed")
     assert detail == "mps2: failed"
+    assert bench("compare", str(tmp_path)) == 1
+    # the failed run has no rows: the candidate's means come from one run, and the header says so
+    assert "| metric | null (n=2) | mps (n=1 of 2 runs) | change |" in capsys.readouterr().out

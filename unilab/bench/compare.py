@@ -196,13 +196,20 @@ def _cell(stat: dict) -> str:
     return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
 
 
+def _n(arm: dict) -> str:
+    """How many runs an arm's means come from; a run with no measured rows (failed or interrupted before its
+    window) is named apart, so that `± 0` does not pass for two agreeing runs."""
+    measured, found = arm["metrics"]["env_steps_per_s"]["n"], len(arm["runs"])
+    return f"n={measured}" if measured == found else f"n={measured} of {found} runs"
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     out: list[str] = []
     for g in report["groups"]:
         base, cand = g["baseline"], g["candidate"]
         out += [f"## {g['algo']} / {g['task']}", "",
-                f"| metric | {base['mode'] or 'null'} (n={len(base['runs'])}) | {cand['mode']} (n={len(cand['runs'])})"
-                " | change |", "|---|---:|---:|---:|"]
+                f"| metric | {base['mode'] or 'null'} ({_n(base)}) | {cand['mode']} ({_n(cand)}) | change |",
+                "|---|---:|---:|---:|"]
         for key in TIMING_KEYS:
             b, c = base["metrics"][key], cand["metrics"][key]
             change = f"{100 * (c['mean'] / b['mean'] - 1):+.1f}%" if b["mean"] and c["mean"] is not None else "-"
