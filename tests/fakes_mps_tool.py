@@ -4,7 +4,8 @@ The fake daemon is a separate process on a real Unix socket `<pipe dir>/control`
 file like the real one, logs its start (with CUDA_VISIBLE_DEVICES) and every command to
 `<log dir>/control.log`, and answers get_server_list / get_client_list from FAKE_MPS_SERVERS
 (JSON {"server pid": [client pids]}). FAKE_MPS_START=nothing makes `-d` start nothing;
-FAKE_MPS_START=fail makes it fail like a second instance would.
+FAKE_MPS_START=fail makes it fail like a second instance would. FAKE_MPS_QUIT_DELAY=S (at start) makes the
+daemon answer `quit`, and exit, S seconds late, like one whose clients are still exiting.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from fakes import CONTROL_CLIENT
 CONTROL_SCRIPT = textwrap.dedent(
     """\
     #!{python}
-    import json, os, signal, socket, subprocess, sys
+    import json, os, signal, socket, subprocess, sys, time
     PIPE = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
     LOG = os.environ.get("CUDA_MPS_LOG_DIRECTORY", "/var/log/nvidia-mps")
     CONTROL = os.path.join(PIPE, "control")
@@ -56,6 +57,7 @@ CONTROL_SCRIPT = textwrap.dedent(
                 log(f"cmd {{command}}")
                 verb, _, arg = command.partition(" ")
                 if verb == "quit":
+                    time.sleep(float(os.environ.get("FAKE_MPS_QUIT_DELAY", "0")))  # clients still exiting
                     conn.sendall(b"")
                     break
                 if verb == "get_server_list":

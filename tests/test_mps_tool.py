@@ -176,6 +176,34 @@ def test_stop_when_the_daemon_is_already_gone_drops_the_record(tool, capsys):
     assert not (tool.base() / STATE_FILE).exists()
 
 
+def test_stop_waits_for_a_daemon_slow_to_take_quit(tool, capsys, monkeypatch):
+    """A daemon whose clients are still exiting answers `quit` late: stop waits for its exit up to --timeout
+    rather than failing at the first unanswered `quit`, and says what to do when even that runs out."""
+    from unilab.mps import daemon
+
+    monkeypatch.setattr(daemon, "QUIT_ANSWER_S", 0.3)
+    tool.env["FAKE_MPS_QUIT_DELAY"] = "1.5"
+    assert run("start") == 0
+    pid = tool.state()["daemon_pid"]
+    capsys.readouterr()
+    assert run("stop", "--timeout", "10") == 0
+    assert "stopped the control daemon" in capsys.readouterr().err
+    assert not alive(pid) and not (tool.base() / STATE_FILE).exists()
+
+    tool.env["FAKE_MPS_QUIT_DELAY"] = "4"
+    assert run("start") == 0
+    pid = tool.state()["daemon_pid"]
+    capsys.readouterr()
+    assert run("stop", "--timeout", "1") == 1
+    err = capsys.readouterr().err
+    assert "did not take `quit` and is still running 1 s later" in err and "longer --timeout" in err
+    assert (tool.base() / STATE_FILE).exists()  # the record stays for the next stop
+    deadline = time.monotonic() + 10
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert run("stop") == 0 and "not running any more" in capsys.readouterr().err
+
+
 def test_start_times_out_when_the_daemon_never_answers(tool, capsys):
     tool.env["FAKE_MPS_START"] = "nothing"
     assert run("start", "--timeout", "0.5") == 1

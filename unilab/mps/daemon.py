@@ -28,6 +28,7 @@ from .layout import Layout, MpsState, layout_for, prepare_dirs, read_state, sele
 
 START_LOG = "unilab-mps-start.log"  # output of `nvidia-cuda-mps-control -d` (never a pipe: the daemon may keep it)
 POLL_S = 0.1
+QUIT_ANSWER_S = 5.0  # how long one `quit` may go unanswered before stop only waits for the exit
 
 
 @dataclass
@@ -275,15 +276,25 @@ def stop(host: ToolHost, gpu: str | None, pipe_dir: str | None, timeout_s: float
 
 def _quit_and_wait(host: ToolHost, state: MpsState, timeout_s: float) -> None:
     control = Path(state.pipe_dir) / "control"
+    deadline = host.clock() + timeout_s
+    unanswered = None
     if is_socket(str(control)):  # absent: a previous quit is in progress, just wait
         try:
-            host.control(state.pipe_dir, min(timeout_s, 5.0)).ask("quit")
-        except (ControlBinaryMissing, DaemonNoAnswer) as exc:
-            raise MpsToolError(f"unilab mps: the daemon (pid {state.daemon_pid}) did not take `quit`: {exc}\n"
-                               f"  if it is wedged: kill {state.daemon_pid}") from exc
-    deadline = host.clock() + timeout_s
+            host.control(state.pipe_dir, min(timeout_s, QUIT_ANSWER_S)).ask("quit")
+        except ControlBinaryMissing as exc:
+            raise MpsToolError(f"unilab mps: the daemon (pid {state.daemon_pid}) did not take `quit`: {exc}") from exc
+        except DaemonNoAnswer as exc:
+            # A daemon whose clients are still exiting (a run just killed) answers `quit` only once they are
+            # gone: wait for it to exit like after an answer, up to the same deadline.
+            unanswered = exc
     while _alive(host, state):
         if host.clock() >= deadline:
+            if unanswered is not None:
+                raise MpsToolError(
+                    f"unilab mps: the daemon (pid {state.daemon_pid}) did not take `quit` and is still running "
+                    f"{timeout_s:g} s later ({unanswered}); it may be waiting for its MPS clients to exit "
+                    f"(`unilab mps status` lists them): stop them and run stop again, with a longer --timeout.\n"
+                    f"  if it is wedged: kill {state.daemon_pid}")
             raise MpsToolError(
                 f"unilab mps: the daemon (pid {state.daemon_pid}) is still running {timeout_s:g} s after `quit`: it "
                 "waits for its MPS clients to exit (`unilab mps status` lists them); stop them and run stop again")
