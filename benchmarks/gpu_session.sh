@@ -7,7 +7,7 @@
 # Subcommands (overrides after `--` go to every `train` command of the subcommand, in both arms):
 #   checks                              host, versions, the GPU tests (captured task step == eager; learners on CUDA)
 #   mps-start [--gpu G]                 `unilab mps start --gpu G` (a daemon pinned to GPU G)
-#   mps-stop  [--gpu G]                 `unilab mps stop --gpu G`
+#   mps-stop  [--gpu G]                 `unilab mps stop --gpu G --timeout 60`
 #   mps-start --raw / mps-stop --raw    one plain daemon for all GPUs, pipe /tmp/mps/pipe (nvidia-cuda-mps-control)
 #   mps-check [--gpus 0,1]              `unilab mps start/status/env/doctor` against the real control binary
 #                                       (the daemons stay up: mps-stop --gpu G for each)
@@ -185,7 +185,7 @@ cmd_mps_stop() {
     if [ "$DRY" = 1 ]; then echo "echo quit | env CUDA_MPS_PIPE_DIRECTORY=$RAW_PIPE nvidia-cuda-mps-control"; return; fi
     echo quit | CUDA_MPS_PIPE_DIRECTORY=$RAW_PIPE nvidia-cuda-mps-control; sleep 2
   else
-    run "${UNILAB_CMD[@]}" mps stop --gpu "$GPU"
+    run "${UNILAB_CMD[@]}" mps stop --gpu "$GPU" --timeout 60  # a daemon whose clients are still exiting answers late
   fi
 }
 
