@@ -192,14 +192,11 @@ class ScriptedTrackingEnv:
                        "anchor_ori": torch.full((4,), 0.2 * self.t)}
         return torch.zeros(4, 3), None, None, terminated, truncated, None
 
-    def tracking_errors(self):
-        return self.errors
-
-    def tracking_errors_by_part(self):
+    def tracking_errors_and_parts(self):
         # the wrist's error is three times the pelvis's; the elbow's is the env's index in tenths
         body = torch.stack((self.errors["body_pos"] / 2, self.errors["body_pos"] * 1.5), dim=1)
         joint = torch.stack((torch.zeros(4), torch.arange(4) / 10, torch.full((4,), 0.3)), dim=1)
-        return {"body_pos": body, "joint_pos": joint}
+        return self.errors, {"body_pos": body, "joint_pos": joint}
 
 
 def test_tracking_rollout_on_scripted_episodes():

@@ -92,10 +92,9 @@ def rollout(env, policy, envs_per_clip: int) -> list[dict]:
             tracked += (alive & ~terminated).float()
             alive &= ~(terminated | truncated)
             # After step(): an env that ended was reset already, so only the still running ones are measured.
-            errors = env.tracking_errors()
+            errors, parts = env.tracking_errors_and_parts()
             for key, total in sums.items():
                 total += torch.where(alive, errors[key], 0.0)
-            parts = env.tracking_errors_by_part()
             for key, total in part_sums.items():
                 total += torch.where(alive[:, None], parts[key], 0.0)
             measured += alive.float()

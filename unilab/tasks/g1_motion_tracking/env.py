@@ -375,12 +375,13 @@ class G1MotionTrackingEnv(TaskEnv):
             "joint_pos": (self.ref_joint_pos - self.joint_pos).abs().mean(dim=1),
         }
 
-    def tracking_errors_by_part(self) -> dict[str, torch.Tensor]:
-        """Where the means of `tracking_errors` come from, for the eval's breakdown: (N, tracked bodies)
-        position errors (m) against the anchor-relative reference and (N, joints) absolute joint position
-        errors (rad) of the current state, in the order of `part_names`."""
+    def tracking_errors_and_parts(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """`tracking_errors` of the current state and, for the eval's breakdown, where its means come from:
+        (N, tracked bodies) position errors (m) against the anchor-relative reference and (N, joints)
+        absolute joint position errors (rad), in the order of `part_names`; one residual computation."""
         r = self._compute_residuals()
-        return {"body_pos": r["body_pos_sq"].sqrt(), "joint_pos": (self.ref_joint_pos - self.joint_pos).abs()}
+        parts = {"body_pos": r["body_pos_sq"].sqrt(), "joint_pos": (self.ref_joint_pos - self.joint_pos).abs()}
+        return self.tracking_errors(r), parts
 
     # -------------------------------------------------------------- rewards
     def _reward_anchor_pos(self) -> torch.Tensor:
