@@ -678,15 +678,16 @@ def test_a_signal_during_play(tmp_path, how):
         console.kill()
 
 
-def test_update_before_ingest_trains_end_to_end(tmp_path):
+@pytest.mark.parametrize("update_first", [True, False])
+def test_both_update_orders_train_end_to_end(tmp_path, update_first):
     done = train(tmp_path, "--algo", "fastsac", "--task", "g1_walk_flat", "algo.max_iterations=12",
-                 "training.update_before_ingest=true")
+                 f"training.update_before_ingest={str(update_first).lower()}")
     assert done.returncode == 0, done.stderr[-4000:]
     run = only_run(tmp_path)
     rows = read_metrics(run)
     assert [r["iteration"] for r in rows] == list(range(12))
     trained = [r for r in rows if r["critic_loss"] is not None]
     assert trained and all(math.isfinite(r["critic_loss"]) and r["learner_train_ms"] >= 0 for r in trained)
-    assert rows[-1]["replay_size"] == 12 * 16  # every chunk was ingested, the last one after the last update
+    assert rows[-1]["replay_size"] == 12 * 16  # every chunk was ingested (update first: the last one after the last update)
     assert summary(run)["status"] == "completed"
-    assert json.loads((run / "run_config.json").read_text())["training"]["update_before_ingest"] is True
+    assert json.loads((run / "run_config.json").read_text())["training"]["update_before_ingest"] is update_first

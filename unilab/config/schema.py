@@ -88,7 +88,8 @@ class TrainingConfig(ExecutionConfig):
     env_steps_per_sync: int = 1
     # true: each update phase samples the replay before the collector's new chunk is added (the chunk
     # follows it), so the update overlaps the chunk's physics instead of the next acting forward pass.
-    update_before_ingest: bool = False
+    # false: the chunk first, then the update (the earlier order; the same learning, less MPS overlap).
+    update_before_ingest: bool = True
     # null mode only: point the children at an empty pipe directory, so that a running MPS daemon
     # cannot take them as clients (a clean non-MPS baseline for A/B runs from one shell).
     block_ambient_mps: bool = False

@@ -3,8 +3,8 @@
 Per iteration: for each of the `env_steps_per_sync` ticks, wait for the collector's
 observation, run the acting policy on a high-priority stream and publish the action; then
 the update phase on its own stream: publish the weights of the previous update to the acting
-copy, ingest the replay slot, launch the (captured) update (with `training.update_before_ingest`, the
-update first and the slot after it). The host does not wait for the
+copy, launch the (captured) update, ingest the replay slot (`training.update_before_ingest`, the
+default; false ingests the slot first). The host does not wait for the
 update: the next ticks' inference and the collector's physics overlap it on the GPU, which
 is the overlap CUDA MPS turns into throughput. The acting policy therefore lags the trained
 one by one update phase.
