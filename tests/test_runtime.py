@@ -169,8 +169,9 @@ def test_resume_continues_iterations_and_logs(finished_run):
     assert [r["iteration"] for r in rows] == list(range(40))
     assert summary(run)["iterations"] == 40
     # The refill is capped at half of what 20 iterations collect (not cpu_smoke's 100000-transition replay):
-    # the resumed run trains again.
-    assert [r["critic_loss"] is not None for r in rows[20:]] == [False] * 9 + [True] * 11
+    # the resumed run trains again. The update samples the replay before the phase's chunk is ingested
+    # (training.update_before_ingest), so the first update follows the chunk that completes the refill.
+    assert [r["critic_loss"] is not None for r in rows[20:]] == [False] * 10 + [True] * 10
     assert "unilab: resume: replay refilled 160/160 (100 %); updates start" in done.stderr
     assert (run / "segments" / "0" / "run_summary.json").exists()
     assert "rew/track_lin_vel_xy" in rows[-1]  # the task's reward terms are forwarded per iteration
