@@ -136,10 +136,7 @@ def test_each_committed_spec_composes(spec):
     """Every line of a committed batch spec: a unique run name, whole seconds, and overrides that compose
     with the batch's algorithm and task (the clip folders stand in as placeholders), so a typo in a
     spec fails here and not after the GPU is started."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from unilab.cli.train import CONF_DIR
+    from test_config_deltas import composed
     from unilab.config import register_configs, register_resolvers
 
     lines = [line.split("#")[0].split() for line in spec.read_text().splitlines()]
@@ -149,17 +146,13 @@ def test_each_committed_spec_composes(spec):
     assert len(set(names)) == len(names), names
     register_configs()
     register_resolvers()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        for name, secs, *overrides in runs:
-            assert secs.isdigit() and int(secs) > 0, (name, secs)
-            overrides = [o.replace("$CLIPS", "/clips").replace("$LIFTED", "/lifted") for o in overrides]
-            assert "$" not in " ".join(overrides), (name, overrides)
-            cfg = compose(config_name="train", overrides=["algo=flashsac", "task=g1_motion_tracking", *overrides])
-            for override in overrides:
-                key, value = override.split("=", 1)
-                node = cfg
-                for part in key.split("."):
-                    node = node[part]
-                assert str(node) == value or str(node).lower() == value.lower() or float(node) == float(value), \
-                    (name, key, node, value)
+    for name, secs, *overrides in runs:
+        assert secs.isdigit() and int(secs) > 0, (name, secs)
+        overrides = [o.replace("$CLIPS", "/clips").replace("$LIFTED", "/lifted") for o in overrides]
+        assert "$" not in " ".join(overrides), (name, overrides)
+        cfg = composed(["algo=flashsac", "task=g1_motion_tracking", *overrides])
+        for override in overrides:
+            key, value = override.split("=", 1)
+            node = cfg[key]
+            assert str(node) == value or str(node).lower() == value.lower() or float(node) == float(value), \
+                (name, key, node, value)
