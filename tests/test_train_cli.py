@@ -606,20 +606,45 @@ def sweep_launcher(monkeypatch):
 
 
 
-def test_sweep_runs_every_job_and_exits_with_the_worst(tmp_path, sweep_launcher, capsys):
-    """A run that fails (exit 1) and a job refused at compose (exit 2) do not stop the sweep."""
+def test_a_sweep_with_a_refused_job_launches_none(tmp_path, sweep_launcher, capsys):
+    """Every job is validated before the first is launched: one refused job refuses the sweep (exit 2), names
+    the job and its error, and creates nothing."""
+    log_dir = tmp_path / "runs"
+    spy = sweep_launcher(0, 0)
+    code = run_train("-m", "training.device=cpu", "task.num_envs=8,0,4", f"training.log_dir={log_dir}")
+    assert code == 2 and spy.calls == []
+    err = capsys.readouterr().err
+    assert "job #1 (task.num_envs=0) refused" in err and "task.num_envs=0: expected an integer >= 1" in err
+    assert "1 of 3 job(s) refused; no job was launched" in err
+    assert not log_dir.exists()
+
+
+def test_sweep_runs_every_job_and_exits_with_the_worst(tmp_path, sweep_launcher, capsys, monkeypatch):
+    """A run that fails (exit 1) and a job refused at its own start (the host changed after every job was
+    checked) do not stop the sweep."""
+    import unilab.config as config_pkg
+
+    real, calls = config_pkg.validate, []
+
+    def validate(cfg):  # the check pass validates jobs 0-2, then each job again at its start
+        calls.append(int(cfg.task.num_envs))
+        if len(calls) == 5:
+            raise config_pkg.ConfigError("the host changed")
+        return real(cfg)
+
+    monkeypatch.setattr(config_pkg, "validate", validate)
     log_dir = tmp_path / "runs"
     spy = sweep_launcher(1, 0)
-    code = run_train("-m", "training.device=cpu", "task.num_envs=8,0,4", f"training.log_dir={log_dir}")
+    code = run_train("-m", "training.device=cpu", "task.num_envs=8,6,4", f"training.log_dir={log_dir}")
     assert code == 2
-    assert len(spy.calls) == 2  # num_envs=8 (failed) and num_envs=4 (completed) ran; num_envs=0 was refused
+    assert calls == [8, 6, 4, 8, 6, 4] and len(spy.calls) == 2  # num_envs=6 was refused at its start
     err = capsys.readouterr().err
-    assert "task.num_envs=0: expected an integer >= 1" in err
+    assert "the host changed" in err
     summary = err[err.index("unilab: sweep done"):]
     assert "1 failed" in summary and "1 refused" in summary and "1 completed" in summary
     lines = summary.splitlines()[1:]
     assert lines[0].startswith("  #0 task.num_envs=8 -> failed, ") and lines[0].endswith(spy.calls[0].name)
-    assert lines[1] == "  #1 task.num_envs=0 -> refused, no run directory"
+    assert lines[1] == "  #1 task.num_envs=6 -> refused, no run directory"
     assert lines[2].startswith("  #2 task.num_envs=4 -> completed, ")
 
 
@@ -645,11 +670,11 @@ def test_ctrl_c_outside_a_run_stops_the_sweep(tmp_path, sweep_launcher, capsys, 
 
     real, seen = prepare_mod.prepare_run, []
 
-    def prepare(cfg, **kw):
-        seen.append(cfg.training.seed)
+    def prepare(request, **kw):
+        seen.append(request.config["training"]["seed"])
         if len(seen) == 2:
             raise KeyboardInterrupt
-        return real(cfg, **kw)
+        return real(request, **kw)
 
     monkeypatch.setattr(prepare_mod, "prepare_run", prepare)
     spy = sweep_launcher(0, 0, 0)
@@ -689,18 +714,30 @@ def test_the_gate_sweep_names_its_runs_by_mode_and_seed(tmp_path, sweep_launcher
                         "seed-2_execution-mps"]
 
 
-def test_dry_run_lists_the_jobs_and_creates_nothing(tmp_path, spies, capsys):
+def test_dry_run_lists_the_jobs_and_creates_nothing(tmp_path, spies, capsys, fake_host, daemon):
     log_dir = tmp_path / "runs"
-    assert run_train("-m", "+execution=default,mps", "+bench=offpolicy_gate", "training.device=cpu",
+    assert run_train("-m", "+execution=default,mps", "+bench=offpolicy_gate", "training.device=cuda:0",
                      f"training.log_dir={log_dir}", "--dry-run") == 0
     out = capsys.readouterr().out
     assert "4 job(s) would run" in out
     jobs = [line for line in out.splitlines() if line.startswith("  #")]
-    assert len(jobs) == 4
+    assert len(jobs) == 4 and not any("refused" in job for job in jobs)
     assert "+execution=mps" in jobs[3] and "training.seed=2" in jobs[3]
     assert not log_dir.exists() and spies[0].calls == []
     assert run_train("--dry-run", "training.device=cpu") == 2
     assert "train -m ... --dry-run" in capsys.readouterr().err
+
+
+def test_dry_run_validates_every_job(tmp_path, spies, capsys):
+    """A job the host cannot honour (MPS with a CPU learner) is marked in the list; exit 2, nothing created."""
+    log_dir = tmp_path / "runs"
+    assert run_train("-m", "+execution=default,mps", "training.device=cpu", f"training.log_dir={log_dir}",
+                     "--dry-run") == 2
+    captured = capsys.readouterr()
+    jobs = [line for line in captured.out.splitlines() if line.startswith("  #")]
+    assert [job.endswith("-> refused") for job in jobs] == [False, True]
+    assert "learner_cuda" in captured.err and "no job was launched" in captured.err
+    assert not log_dir.exists() and spies[0].calls == []
 
 
 def test_a_real_sweep_with_a_failing_run_runs_the_other_job(tmp_path):

@@ -26,6 +26,7 @@ class Job:
     overrides: list[str]
     code: int | None = None
     run_dir: str | None = None
+    refusal: str | None = None  # why its validation refused it (the message `train` prints)
 
     def line(self) -> str:
         status = STATUS.get(self.code, f"exit {self.code}") if self.code is not None else "not finished"

@@ -1,11 +1,14 @@
 """`train`: the Hydra training app.
 
-Errors the user can fix (an execution mode the host cannot honour, a bad key or value)
-are printed without a traceback and exit with status 2.
+Every composed config is validated (unilab.config.validation: the execution probe and every value check)
+before anything exists: a run's, `train --cfg job|hydra|all`'s (then printed, a job's with the evidence
+the run would record) and each job's of `train -m`. Errors the user can fix (an execution mode the host
+cannot honour, a bad key or value) are printed without a traceback and exit with status 2.
 
-`train -m` (a sweep): every job runs, a failed one is recorded and the sweep goes on, an interrupted one
-stops it; the exit status is the worst job's (see unilab.cli.sweep). `train -m ... --dry-run` lists the
-jobs and creates nothing.
+`train -m` (a sweep): every job is composed and validated before the first is launched, and one refused
+job refuses the sweep (exit 2, nothing created). Then every job runs, a failed one is recorded and the
+sweep goes on, an interrupted one stops it; the exit status is the worst job's (see unilab.cli.sweep).
+`train -m ... --dry-run` lists the jobs, validated, and creates nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import sys
 import tempfile
 import traceback
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import hydra
@@ -34,26 +38,89 @@ CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 EXIT_USAGE = 2
 
 
-_SWEEP: sweeps.Sweep | None = None  # the sweep of this `train -m`, set by main()
+@dataclass
+class _Show:
+    """`train --cfg TYPE [--package P] [--resolve]`: the request is validated, then its config printed."""
+
+    cfg_type: str
+    package: str | None
+    resolve: bool
+
+
+@dataclass
+class _Pass:
+    """What the task function does with each composed config of this `train` call."""
+
+    sweep: sweeps.Sweep | None = None  # a job of `train -m`
+    check_only: bool = False  # validate, record the outcome (a sweep's jobs, before any is launched)
+    show: _Show | None = None  # validate, then print the job's config with the evidence
+
+
+_PASS = _Pass()
 
 
 def _task(cfg: DictConfig) -> int | None:
-    if _SWEEP is not None:
-        return _sweep_job(cfg, _SWEEP)
-    from unilab.launcher.launch import launch
-    from unilab.launcher.prepare import prepare_run
-
-    prepared = prepare_run(cfg)
-    code = launch(prepared, cfg)
+    if _PASS.sweep is not None:
+        return _sweep_job(cfg, _PASS.sweep)
+    try:
+        code = _run_or_show(cfg)
+    except Exception as exc:
+        message = _user_error(exc)
+        if message is None:
+            raise
+        print(message, file=sys.stderr)  # here, not after Hydra's "Error executing job" line
+        raise SystemExit(EXIT_USAGE) from None
     if code:
         raise SystemExit(code)
     return None
 
 
+def _run_or_show(cfg: DictConfig) -> int:
+    from unilab.config import validate
+
+    request = validate(cfg)  # every check, before anything exists
+    if _PASS.show is not None:
+        if _PASS.show.cfg_type == "job":
+            _print_job(cfg, request, _PASS.show)
+        return 0
+    from unilab.launcher.launch import launch
+    from unilab.launcher.prepare import prepare_run
+
+    return launch(prepare_run(request), cfg)
+
+
+def _print_job(cfg: DictConfig, request, show: _Show) -> None:
+    """What `train --cfg job` prints: the composed config, its `execution_evidence` the probe's findings."""
+    from omegaconf import Container, OmegaConf
+
+    from unilab.config.validation import COMPUTED_KEY
+
+    shown = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False, enum_to_str=True))
+    shown[COMPUTED_KEY] = request.evidence.model_dump(mode="json")
+    package = None if show.package in (None, "_global_") else show.package
+    node = shown if package is None else OmegaConf.select(shown, package)
+    if node is None:
+        print(f"package '{package}' not found in config", file=sys.stderr)
+        raise SystemExit(1)
+    if package is not None:
+        print(f"# @package {package}")
+    if request.evidence.configured == "mps":
+        print(f"# {COMPUTED_KEY}: what runtime_manifest.json records as cuda_process_sharing (effective: mps once "
+              "the launcher sees both processes among the daemon's clients)")
+    if not isinstance(node, Container):
+        print(node)
+        return
+    if show.resolve:
+        OmegaConf.resolve(node)
+    sys.stdout.write(OmegaConf.to_yaml(node))
+
+
 def _sweep_job(cfg: DictConfig, sweep: sweeps.Sweep) -> int | None:
-    """One job of a sweep: its exit status (errors printed, not raised); an interrupted job stops the sweep."""
+    """One job of a sweep: its exit status (errors printed, not raised); an interrupted job stops the sweep.
+    In the check pass (before any job is launched) only its validation, recorded as the job's refusal."""
     from hydra.core.hydra_config import HydraConfig
 
+    from unilab.config import validate
     from unilab.launcher.launch import launch
     from unilab.launcher.prepare import prepare_run
 
@@ -63,11 +130,12 @@ def _sweep_job(cfg: DictConfig, sweep: sweeps.Sweep) -> int | None:
     job = sweeps.Job(index=int(hydra_cfg.job.num), overrides=overrides if sweep.dry_run or not values
                      else [f"{key}={value}" for key, value in values])
     sweep.jobs.append(job)
-    if sweep.dry_run:
-        return None
     suffix = sweeps.run_name_suffix(values) if not cfg.training.run_name else ""
     try:
-        prepared = prepare_run(cfg, name_suffix=suffix)
+        request = validate(cfg)  # again at the job's start: the host may have changed since the check pass
+        if _PASS.check_only:
+            return None
+        prepared = prepare_run(request, name_suffix=suffix)
         job.run_dir = str(prepared.run_dir)
         job.code = launch(prepared, cfg)
     except KeyboardInterrupt:
@@ -75,6 +143,9 @@ def _sweep_job(cfg: DictConfig, sweep: sweeps.Sweep) -> int | None:
         raise
     except Exception as exc:  # noqa: BLE001 - recorded as this job's failure; the sweep goes on
         message = _user_error(exc)
+        if _PASS.check_only and message is not None:
+            job.refusal, job.code = message, sweeps.EXIT_USAGE
+            return job.code
         if message is None:
             traceback.print_exc()
         print(message or f"unilab: job #{job.index} failed: {exc!r}", file=sys.stderr)
@@ -108,8 +179,9 @@ def _user_error(exc: BaseException) -> str | None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from unilab.config import ConfigError, RequestError
+    from unilab.config.validation import render
     from unilab.mps import CudaProcessSharingError
-    from unilab.launcher.prepare import ConfigError
 
     chain: list[BaseException] = []
     cur: BaseException | None = exc
@@ -117,11 +189,11 @@ def _user_error(exc: BaseException) -> str | None:
         chain.append(cur)
         cur = cur.__cause__ or cur.__context__
     for e in chain:
-        if isinstance(e, CudaProcessSharingError):
-            return e.render()
-        if isinstance(e, ConfigError):  # our own message already says what to change
-            return f"unilab: invalid configuration\n  {e}"
-    if any(isinstance(e, (HydraException, OmegaConfBaseException, ConfigError)) for e in chain):
+        if isinstance(e, RequestError):  # the checks, reached by resolving the config
+            return render(e.error)
+        if isinstance(e, (CudaProcessSharingError, ConfigError)):  # our own message already says what to change
+            return render(e)
+    if any(isinstance(e, (HydraException, OmegaConfBaseException)) for e in chain):
         lines: list[str] = []
         for e in chain:
             for line in str(e).strip().splitlines():
@@ -131,35 +203,42 @@ def _user_error(exc: BaseException) -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> None:
-    global _SWEEP
-    argv = list(sys.argv[1:] if argv is None else argv)
-    dry_run = "--dry-run" in argv
-    argv = [a for a in argv if a != "--dry-run"]
-    multirun = any(a in ("-m", "--multirun") or a.lower() == "hydra.mode=multirun" for a in argv)
-    try:
-        if dry_run and not multirun:
-            raise UsageError("--dry-run lists the jobs of a sweep: train -m ... --dry-run")
-        overrides = expand_short_form(argv)
-    except UsageError as exc:
-        print(f"train: {exc}", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE) from None
-    register_configs()
-    register_resolvers()
-    app = hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")(_task)
-    sweep = sweeps.Sweep(swept_keys=sweeps.sweep_keys(overrides), dry_run=dry_run) if multirun else None
-    scratch = tempfile.mkdtemp(prefix="unilab-dry-run-") if dry_run else None
-    if scratch:  # Hydra records a sweep (multirun.yaml) before its jobs: a dry run's record goes, and is removed;
-        # and its "Launching N jobs" log would read as if they ran
-        overrides += [f"hydra.sweep.dir={scratch}", "hydra/hydra_logging=disabled"]
-    _SWEEP = sweep
+_SHOW_FLAGS = {"--cfg": "cfg", "-c": "cfg", "--package": "package", "-p": "package"}
+
+
+def _show_request(overrides: list[str]) -> tuple[_Show, list[str]] | None:
+    """For `--cfg TYPE`: what to show, and the command line without the flags that show it (run as a job, the
+    request is validated first); None without --cfg."""
+    show, rest, it = {"cfg": None, "package": None, "resolve": False}, [], iter(overrides)
+    for arg in it:
+        flag, eq, value = arg.partition("=")
+        if arg == "--resolve":
+            show["resolve"] = True
+        elif flag in _SHOW_FLAGS and flag.startswith("--") and eq:
+            show[_SHOW_FLAGS[flag]] = value
+        elif arg in _SHOW_FLAGS:
+            show[_SHOW_FLAGS[arg]] = next(it, None)
+        else:
+            rest.append(arg)
+    if show["cfg"] is None:
+        return None
+    if show["cfg"] not in ("job", "hydra", "all"):
+        raise UsageError(f"--cfg {show['cfg']}: expected job, hydra or all")
+    return _Show(show["cfg"], show["package"], show["resolve"]), rest
+
+
+def _run_app(app, overrides: list[str], job_pass: _Pass) -> None:
+    """Hydra composes and runs the task function once (a sweep: once per job) in the given pass; an error the
+    user can fix is printed and exits 2."""
+    global _PASS
+    _PASS = job_pass
     try:
         with _hydra_raises(overrides):
             app()
     except KeyboardInterrupt:
-        if sweep is None:
+        if job_pass.sweep is None:
             raise
-        sweep.interrupted = True
+        job_pass.sweep.interrupted = True
     except SystemExit:
         raise
     except Exception as exc:
@@ -169,20 +248,73 @@ def main(argv: list[str] | None = None) -> None:
         print(message, file=sys.stderr)
         raise SystemExit(EXIT_USAGE) from None
     finally:
-        _SWEEP = None
-        if scratch:
-            shutil.rmtree(scratch, ignore_errors=True)
-    if sweep is None:
-        return
+        _PASS = _Pass()
+
+
+@contextmanager
+def _scratch_sweep_dir(overrides: list[str]):
+    """A sweep that launches nothing (its check pass): Hydra's record of it (multirun.yaml) goes to a scratch
+    directory, removed after, and its "Launching N jobs" log is off (it would read as if they ran)."""
+    scratch = tempfile.mkdtemp(prefix="unilab-sweep-check-")
+    try:
+        yield [*overrides, f"hydra.sweep.dir={scratch}", "hydra/hydra_logging=disabled"]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _checked_sweep(app, overrides: list[str], dry_run: bool) -> None:
+    """`train -m`: every job composed and validated before any is launched; one refused job refuses the sweep
+    (exit 2, nothing created). `--dry-run` stops after the list."""
+    checked = sweeps.Sweep(swept_keys=sweeps.sweep_keys(overrides), dry_run=dry_run)
+    with _scratch_sweep_dir(overrides) as check_overrides:
+        _run_app(app, check_overrides, _Pass(sweep=checked, check_only=True))
+    if checked.interrupted:
+        raise SystemExit(sweeps.EXIT_INTERRUPTED)
+    refused = [job for job in checked.jobs if job.refusal]
     if dry_run:
-        print(f"train -m --dry-run: {len(sweep.jobs)} job(s) would run (nothing was created):")
-        for job in sweep.jobs:
-            print(f"  #{job.index} {' '.join(job.overrides)}")
+        print(f"train -m --dry-run: {len(checked.jobs)} job(s) would run (nothing was created):")
+        for job in checked.jobs:
+            print(f"  #{job.index} {' '.join(job.overrides)}" + (" -> refused" if job.refusal else ""))
+    for job in refused:
+        print(f"unilab: job #{job.index} ({' '.join(job.overrides)}) refused:\n{job.refusal}", file=sys.stderr)
+    if refused:
+        print(f"unilab: {len(refused)} of {len(checked.jobs)} job(s) refused; no job was launched", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+    if dry_run:
         return
+    sweep = sweeps.Sweep(swept_keys=checked.swept_keys)
+    _run_app(app, overrides, _Pass(sweep=sweep))
     sweeps.print_summary(sweep)
     code = sweep.exit_code()
     if code:
         raise SystemExit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    dry_run = "--dry-run" in argv
+    argv = [a for a in argv if a != "--dry-run"]
+    multirun = any(a in ("-m", "--multirun") or a.lower() == "hydra.mode=multirun" for a in argv)
+    try:
+        if dry_run and not multirun:
+            raise UsageError("--dry-run lists the jobs of a sweep: train -m ... --dry-run")
+        overrides = expand_short_form(argv)
+        show = None if multirun else _show_request(overrides)
+    except UsageError as exc:
+        print(f"train: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE) from None
+    register_configs()
+    register_resolvers()
+    app = hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")(_task)
+    if multirun:
+        _checked_sweep(app, overrides, dry_run)
+    elif show is not None:
+        what, job_overrides = show
+        _run_app(app, job_overrides, _Pass(show=what))  # validated (and a job's config printed)
+        if what.cfg_type != "job":
+            _run_app(app, overrides, _Pass())  # Hydra prints its own and the whole config
+    else:
+        _run_app(app, overrides, _Pass())
 
 
 if __name__ == "__main__":

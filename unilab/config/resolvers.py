@@ -1,21 +1,11 @@
-"""OmegaConf resolvers; the execution probe is one of them so composing a config runs it."""
+"""OmegaConf resolvers of the `train` config: the request's checks (behind `execution_evidence`, so that
+resolving a composed config runs them) and `train --help`."""
 
 from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from .schema import PROBE_RESOLVER
-
-
-def _probe(requested, device, backend, timeout_s):
-    from unilab.mps import probe
-
-    # Learner and collector both run on training.device (the roles of a rank share it).
-    evidence = probe.probe_cuda_process_sharing(
-        requested, device, device, backend=backend, timeout_s=float(timeout_s)
-    )
-    return OmegaConf.create(evidence.model_dump(mode="json"))
-
+from .schema import VALIDATE_RESOLVER
 
 HELP_RESOLVER = "unilab_help"
 
@@ -26,9 +16,15 @@ def _help():
     return help_text()
 
 
+def _validated_evidence(*, _root_):
+    from .validation import validated_evidence
+
+    return validated_evidence(_root_=_root_)
+
+
 def register_resolvers() -> None:
     if not OmegaConf.has_resolver(HELP_RESOLVER):  # `train --help` (hydra.help.template in conf/train.yaml)
         OmegaConf.register_new_resolver(HELP_RESOLVER, _help)
-    if not OmegaConf.has_resolver(PROBE_RESOLVER):
-        # use_cache: one probe per composed config, so every reader sees the same evidence.
-        OmegaConf.register_new_resolver(PROBE_RESOLVER, _probe, use_cache=True)
+    if not OmegaConf.has_resolver(VALIDATE_RESOLVER):
+        # Not cached: a config changed after it was resolved is checked again, as it now stands.
+        OmegaConf.register_new_resolver(VALIDATE_RESOLVER, _validated_evidence)

@@ -13,13 +13,11 @@ from omegaconf import MISSING
 
 from unilab.checks import at_least_one, positive_finite, require
 
-PROBE_RESOLVER = "unilab.cuda_process_sharing"
+VALIDATE_RESOLVER = "unilab.validate"
 
-# The probe runs when this node is resolved. `train` resolves it before anything else.
-EXECUTION_EVIDENCE_INTERPOLATION = (
-    "${" + PROBE_RESOLVER + ":${training.cuda_process_sharing},${training.device},${sim.backend},"
-    "${training.mps_probe_timeout_s}}"
-)
+# Resolving this node runs every check of a request (unilab.config.validation) and yields the execution
+# probe's evidence: the compose stage's hook for code that composes with Hydra's API and resolves.
+EXECUTION_EVIDENCE_INTERPOLATION = "${" + VALIDATE_RESOLVER + ":}"
 DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 # Where the learner's metrics rows go besides metrics.jsonl (training.logger).
 LOGGERS = ("tensorboard", "wandb")
@@ -142,11 +140,13 @@ class TrainingConfig(ExecutionConfig):
 
 @dataclass
 class TrainConfig:
+    # First: OmegaConf.to_object and OmegaConf.resolve take the fields in order, so the checks behind this
+    # node run before any other value is converted.
+    execution_evidence: Any = EXECUTION_EVIDENCE_INTERPOLATION
     algo: Any = MISSING
     task: Any = MISSING
     sim: Any = MISSING
     training: TrainingConfig = field(default_factory=TrainingConfig)
-    execution_evidence: Any = EXECUTION_EVIDENCE_INTERPOLATION
 
 
 def timeout_keys() -> list[str]:

@@ -14,8 +14,7 @@ def doctor(argv: list[str]) -> int:
 
     from unilab.cli.short_form import UsageError, expand_short_form
     from unilab.cli.train import CONF_DIR, _user_error
-    from unilab.config import register_configs, register_resolvers
-    from unilab.launcher.prepare import execution_evidence
+    from unilab.config import register_configs, register_resolvers, validate
 
     try:
         overrides = expand_short_form(argv)
@@ -34,7 +33,7 @@ def doctor(argv: list[str]) -> int:
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="train"):
             cfg = compose(config_name="train", overrides=overrides)
-        evidence = execution_evidence(cfg)
+        evidence = validate(cfg).evidence
     except Exception as exc:
         message = _user_error(exc)  # the very text `train` prints for the same failure
         if message is None:

@@ -7,21 +7,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
 
 from .atomic import write_json_atomic
 from .layout import RUN_CONFIG_FILE
-
-# Computed, not configured: the probe's evidence lives in runtime_manifest.json instead.
-COMPUTED_KEYS = ("execution_evidence",)
-
-
-def resolved_config(cfg: DictConfig) -> dict[str, Any]:
-    data = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True, throw_on_missing=True)
-    for key in COMPUTED_KEYS:
-        data.pop(key, None)
-    return data
-
 
 def write_run_config(run_dir: str | os.PathLike, config: dict[str, Any]) -> Path:
     return write_json_atomic(Path(run_dir) / RUN_CONFIG_FILE, config)

@@ -1,0 +1,229 @@
+"""Every check a `train` request must pass, in one place, run while the config is composed.
+
+`validate(cfg)` takes a composed config and returns the `ValidatedRequest` the launcher consumes: the
+resolved values, the probe's evidence for every rank, the rank devices and the MPS variables per role. It
+reads host facts (NVML, the MPS control daemon) but creates nothing: no directory, no CUDA context, no
+process. The first unmet prerequisite or bad value raises `ConfigError` or `CudaProcessSharingError`.
+
+Every entry point reaches it before anything exists:
+- `train`, `train --cfg job` and each job of `train -m` call it on the composed config (unilab.cli.train);
+- the config's `execution_evidence` node is an interpolation of the resolver registered here
+  (`${unilab.validate:}`), so resolving a config composed with Hydra's compose API (`OmegaConf.to_object`,
+  `OmegaConf.resolve`, reading the node) runs the same checks and raises `RequestError`, which carries the
+  same error. The node is the schema's first field, so the checks run before any other value is converted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError, OmegaConfBaseException
+
+from unilab.mps.errors import CudaProcessSharingError
+from unilab.mps.record import CudaProcessSharingEvidence
+
+from .schema import EXECUTION_EVIDENCE_INTERPOLATION, TrainConfig
+
+GROUP_KEYS = ("algo", "task", "sim", "training")
+COMPUTED_KEY = "execution_evidence"  # what the probe found: in runtime_manifest.json, not run_config.json
+MPS_PRIORITY_LEVEL = {"normal": "0", "below_normal": "1"}  # CUDA_MPS_CLIENT_PRIORITY values
+
+
+class ConfigError(ValueError):
+    """A config that composes but cannot be run as given; the message says what to change."""
+
+
+class RequestError(InterpolationResolutionError):
+    """What resolving a config's `execution_evidence` raises when the request cannot run: `error` is the
+    ConfigError or CudaProcessSharingError that `train` prints. An InterpolationResolutionError marked
+    initialised, so OmegaConf passes it on unchanged instead of wrapping it in its own."""
+
+    def __init__(self, error: ConfigError | CudaProcessSharingError):
+        self.error = error
+        self.text = render(error)  # OmegaConf may reset its own `msg` on the way out
+        super().__init__(self.text)
+        self._initialized = True
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def render(error: ConfigError | CudaProcessSharingError) -> str:
+    """The text `train` prints for an error the user can fix."""
+    if isinstance(error, CudaProcessSharingError):
+        return error.render()
+    return f"unilab: invalid configuration\n  {error}"
+
+
+@dataclass(frozen=True)
+class ValidatedRequest:
+    """A request every check passed: what the launcher consumes."""
+
+    config: dict[str, Any]  # resolved values of algo, task, sim, training (run_config.json)
+    rank_devices: list[str]
+    rank_evidence: list[CudaProcessSharingEvidence]  # the probe's, one per rank
+    role_mps_env: dict[str, dict[str, str]] = field(default_factory=dict)  # role -> CUDA_MPS_* variables
+
+    @property
+    def evidence(self) -> CudaProcessSharingEvidence:
+        """Rank 0's evidence (runtime_manifest.json's `cuda_process_sharing`)."""
+        return self.rank_evidence[0]
+
+
+def validate(cfg: DictConfig) -> ValidatedRequest:
+    """All checks, in this order: the keys at the top level, the training values (the probe's timeout is
+    one), the execution probe, every group's values, the MPS knobs, the rank devices, a visible GPU,
+    the probe of every further rank. Raises ConfigError or CudaProcessSharingError."""
+    _check_top_level(cfg)
+    config = {"training": _resolved(cfg, "training")}
+    check_config(config, groups=("training",))
+    training = config["training"]
+    timeout_s = float(training["mps_probe_timeout_s"])
+    evidence = _probe(training["cuda_process_sharing"], str(training["device"]), _resolved(cfg, "sim").get("backend"),
+                      timeout_s)
+    config.update({key: _resolved(cfg, key) for key in GROUP_KEYS if key != "training"})
+    check_config(config)
+    mps_env = role_mps_env(training)
+    devices = rank_devices(training)
+    check_gpus_visible(devices)
+    return ValidatedRequest(config=config, rank_devices=devices, rank_evidence=_rank_evidence(evidence, devices, timeout_s),
+                            role_mps_env=mps_env)
+
+
+def _check_top_level(cfg: DictConfig) -> None:
+    known = {f.name for f in dataclasses.fields(TrainConfig)} | {"hydra"}
+    for key in cfg.keys():
+        if key not in known:
+            raise ConfigError(f"{key}: no such key at the top level of the config (a typo? the groups are "
+                              f"{', '.join(GROUP_KEYS)}; `train --cfg job` lists the keys)")
+    if OmegaConf.to_container(cfg, resolve=False).get(COMPUTED_KEY) != EXECUTION_EVIDENCE_INTERPOLATION:
+        raise ConfigError(f"{COMPUTED_KEY} is computed by the execution probe and cannot be set")
+
+
+def _resolved(cfg: DictConfig, key: str) -> dict[str, Any]:
+    try:
+        return OmegaConf.to_container(cfg[key], resolve=True, enum_to_str=True, throw_on_missing=True)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(_message(exc)) from None
+
+
+def _message(exc: Exception) -> str:
+    """An exception's text without OmegaConf's type bookkeeping (`object_type=...`), which says nothing a
+    user can act on."""
+    lines = [line.strip() for line in str(exc).splitlines()]
+    return "\n  ".join(line for line in lines if line and not line.startswith(("reference_type=", "object_type=")))
+
+
+def _probe(requested, device: str, backend, timeout_s: float) -> CudaProcessSharingEvidence:
+    from unilab.mps import probe
+
+    # Learner and collector both run on training.device (the roles of a rank share it).
+    return probe.probe_cuda_process_sharing(requested, device, device, backend=backend, timeout_s=timeout_s)
+
+
+def check_config(config: dict, groups: tuple[str, ...] | None = None) -> None:
+    """Every group's own checks on its values (its schema's `__post_init__`: ranges, choices, files), and
+    keys the schemas lack (`+training.typo=1` adds one past Hydra). `groups`: only these (default: all)."""
+    from omegaconf.errors import ConfigKeyError
+
+    from unilab.config.schema import TrainingConfig
+    from unilab.registry import instantiate
+
+    for group in groups or GROUP_KEYS:
+        try:
+            if group == "training":
+                OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainingConfig), config[group]))
+            else:
+                instantiate(group, config[group])
+        except ConfigKeyError as exc:
+            raise ConfigError(f"{group}.{exc.full_key}: no such key in the {group} schema (a typo? "
+                              f"`train --cfg job` lists the keys)") from None
+        except (ValueError, OmegaConfBaseException) as exc:
+            raise ConfigError(_message(exc)) from None
+
+
+def role_mps_env(training: dict) -> dict[str, dict[str, str]]:
+    """role -> the CUDA_MPS_* variables its child starts with, from training.mps_active_thread_percentage
+    and training.mps_client_priority (checked)."""
+    shares = {role: value for role, value in (training.get("mps_active_thread_percentage") or {}).items()
+              if value is not None}
+    for role, value in shares.items():
+        if not 1 <= int(value) <= 100:
+            raise ConfigError(f"training.mps_active_thread_percentage.{role}={value}: expected 1 to 100 (percent "
+                              "of the GPU's SMs a role's kernels may use), or null")
+    priorities = {role: str(getattr(value, "value", value))
+                  for role, value in (training.get("mps_client_priority") or {}).items() if value is not None}
+    for role, value in priorities.items():
+        if value not in MPS_PRIORITY_LEVEL:
+            raise ConfigError(f"training.mps_client_priority.{role}={value}: expected normal, below_normal or null")
+    for key, given in (("mps_active_thread_percentage", shares), ("mps_client_priority", priorities)):
+        if given and training.get("cuda_process_sharing") != "mps":
+            raise ConfigError(f"training.{key} applies to MPS clients only: add +execution=mps or leave it null")
+    env: dict[str, dict[str, str]] = {}
+    for role, value in shares.items():
+        env.setdefault(role, {})["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(int(value))
+    for role, value in priorities.items():
+        env.setdefault(role, {})["CUDA_MPS_CLIENT_PRIORITY"] = MPS_PRIORITY_LEVEL[value]
+    return env
+
+
+def rank_devices(training: dict) -> list[str]:
+    """One device per rank: `training.devices` lists GPU indices (one rank each); on the CPU the
+    list only sets the number of ranks."""
+    devices = training.get("devices")
+    device = str(training["device"])
+    if not devices:
+        return [device]
+    if len(set(devices)) != len(devices):
+        raise ConfigError(f"training.devices={devices}: a GPU may appear once (one rank per GPU)")
+    if device == "cpu":
+        return ["cpu"] * len(devices)
+    wanted = f"cuda:{devices[0]}"
+    if device not in (wanted, "cuda" if devices[0] == 0 else wanted):
+        raise ConfigError(
+            f"training.devices={devices} but training.device={device}: "
+            f"set training.device={wanted} (rank 0's device) or drop training.devices"
+        )
+    return [f"cuda:{d}" for d in devices]
+
+
+def check_gpus_visible(devices: list[str]) -> None:
+    """A CUDA device on a host without a visible NVIDIA GPU fails here, not in the children."""
+    if not any(d.startswith("cuda") for d in devices):
+        return
+    from unilab.mps import probe
+    from unilab.mps.nvml import NvmlUnavailable
+
+    try:
+        count = len(probe.HostFacts().nvml.gpus())
+    except NvmlUnavailable as exc:
+        raise ConfigError(
+            f"training.device={devices[0]} but no NVIDIA GPU can be used here ({exc}); "
+            "train on the CPU with training.device=cpu (e.g. train +preset=cpu_smoke)"
+        ) from exc
+    if count == 0:
+        raise ConfigError(f"training.device={devices[0]} but NVML sees no GPU; use training.device=cpu")
+
+
+def _rank_evidence(evidence: CudaProcessSharingEvidence, devices: list[str],
+                   timeout_s: float) -> list[CudaProcessSharingEvidence]:
+    """The probe's evidence for every rank: under MPS each further rank's GPU is probed too."""
+    out = [evidence]
+    for device in devices[1:]:
+        if evidence.configured == "mps":
+            out.append(_probe("mps", device, evidence.backend, timeout_s))
+        else:
+            out.append(evidence.model_copy(update={"learner_device": device, "collector_device": device}))
+    return out
+
+
+def validated_evidence(*, _root_: DictConfig) -> DictConfig:
+    """The resolver behind `execution_evidence`: every check of `validate`, then rank 0's evidence."""
+    try:
+        request = validate(_root_)
+    except (ConfigError, CudaProcessSharingError) as exc:
+        raise RequestError(exc) from None
+    return OmegaConf.create(request.evidence.model_dump(mode="json"))
