@@ -1,8 +1,22 @@
-"""Fake run directories (metrics.jsonl, manifest, summary, config) for the tests of `unilab bench`."""
+"""Fake run directories (metrics.jsonl, manifest, summary, config) for `unilab bench`, and a fake `train` that
+writes them: `fake_train(argv, env)` in-process, or `python tests/fake_runs.py TRAIN-ARGS` as a subprocess.
+
+The fake `train` reads what to make of each job from $FAKE_GATE_SPEC (JSON):
+  {"sps": {"CASE": [default, mps]}, "outcome": {"CASE/ARM/SEED": "failed" | "refused" | "interrupted" | "wait"},
+   "calls": "calls.jsonl"}
+CASE is ALGO_TASK, ARM default or mps. An MPS run records `effective: mps` only when it was given
+CUDA_MPS_PIPE_DIRECTORY (as a run that reached the daemon would). "wait": the job writes `<run dir>.waiting`
+and waits for SIGINT, then ends interrupted (exit 130). Without an entry in "sps", the arms run at 50k and 62k
+env-steps/s (+24 %).
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sys
+import time
 from pathlib import Path
 
 ITERATIONS = 300
@@ -52,3 +66,54 @@ def make_run(root: Path, name: str, *, mode: str | None, sps: float, seed: int =
          "training": {"cuda_process_sharing": mode, "seed": seed, "run_name": name, "log_dir": str(root),
                       "block_ambient_mps": blocked}}))
     return run
+
+
+STATUS_CODE = {"completed": 0, "failed": 1, "refused": 2, "interrupted": 130}
+
+
+def _overrides(argv: list[str]) -> dict[str, str]:
+    out, i = {}, 0
+    while i < len(argv):
+        if argv[i] in ("--algo", "--task"):
+            out[argv[i][2:]] = argv[i + 1]
+            i += 1
+        elif "=" in argv[i]:
+            key, _, value = argv[i].partition("=")
+            out[key.lstrip("+")] = value
+        i += 1
+    return out
+
+
+def fake_train(argv: list[str], env: dict[str, str]) -> int:
+    """What `train -m` would leave behind for one gate job (argv without the program): its exit status."""
+    if "--dry-run" in argv:  # the gate's check of its commands
+        return 0
+    spec = json.loads(env.get("FAKE_GATE_SPEC") or "{}")
+    o = _overrides(argv)
+    if spec.get("calls"):
+        with open(spec["calls"], "a") as f:
+            f.write(json.dumps({"argv": argv, "mps_pipe": env.get("CUDA_MPS_PIPE_DIRECTORY")}) + "\n")
+    case, arm, seed = f"{o['algo']}_{o['task']}", o["execution"], int(o["training.seed"])
+    outcome = spec.get("outcome", {}).get(f"{case}/{arm}/{seed}", "completed")
+    if outcome == "refused":
+        return STATUS_CODE["refused"]
+    if outcome == "wait":
+        stopped = []
+        signal.signal(signal.SIGINT, lambda *_: stopped.append(1))
+        marker = Path(o["training.log_dir"]) / f"{o['training.run_name']}.waiting"
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text("waiting")
+        while not stopped:
+            time.sleep(0.05)
+        outcome = "interrupted"
+    sps = spec.get("sps", {}).get(case, [50_000, 62_000])[arm == "mps"]
+    mode = "mps" if arm == "mps" else None
+    make_run(Path(o["training.log_dir"]), o["training.run_name"], mode=mode, sps=sps, seed=seed,
+             rows=int(o["algo.max_iterations"]), status=outcome, algo=o["algo"], task=o["task"],
+             num_envs=int(o["task.num_envs"]), blocked=True,
+             effective=mode if env.get("CUDA_MPS_PIPE_DIRECTORY") else None)
+    return STATUS_CODE[outcome]
+
+
+if __name__ == "__main__":
+    sys.exit(fake_train(sys.argv[1:], dict(os.environ)))
