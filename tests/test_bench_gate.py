@@ -281,6 +281,17 @@ def test_the_gate_uses_a_running_daemon_and_leaves_it_running(tool, tmp_path, mo
     assert verdict_of(tmp_path / "g")["environment"]["daemon"]["started_by_gate"] is False
 
 
+def test_start_daemon_refuses_where_a_daemon_runs_and_leaves_it(tool, tmp_path, monkeypatch, capsys, jobs):
+    monkeypatch.setattr(mps_cli, "make_host", tool.host)
+    assert tools_main(["mps", "start", "--gpu", "0"]) == 0
+    capsys.readouterr()
+    (pid,) = started_pids(tool.root)
+    assert bench_gate("--cases", WALK, "--out", tmp_path / "g", "--start-daemon") == 2
+    err = capsys.readouterr().err
+    assert "is running at" in err and "without --start-daemon the gate uses a daemon that is running" in err
+    assert alive(pid) and jobs.ran == [] and not (tmp_path / "g").exists()
+
+
 def test_the_jobs_are_train_subprocesses_with_the_gate_overrides(tool, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(mps_cli, "make_host", tool.host)
     tool.env["FAKE_GATE_SPEC"] = json.dumps({"calls": str(tmp_path / "calls.jsonl")})
