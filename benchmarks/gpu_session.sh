@@ -15,6 +15,10 @@
 #                                       the A/B gate (+bench=offpolicy_gate) under GPU G's daemon (mps-start first),
 #                                       then `unilab bench compare` and the config diff of one seed's two arms;
 #                                       with one arm (--arms mps) a sweep: `unilab bench extract` per run
+#   matrix [--cases A,B] [--name X] [--gpu G]
+#                                       the whole gate, `unilab bench gate` (every case, both arms, 2 seeds each, the
+#                                       verdict) under GPU G's daemon (mps-start first), into DIR/matrix[_X];
+#                                       longer than a device command: start it with `bg`, then `wait`
 #   ab --algo A --task T --envs N [--iters 200] [--devices 0,1] [--name X]
 #                                       plain runs (no preset), default vs MPS, under a raw daemon it starts and quits;
 #                                       --devices: data parallel over those GPUs (training.devices=[...])
@@ -122,7 +126,7 @@ use_gpu() {  # G: no MPS, CUDA's device 0 = GPU G (nvidia-smi's index)
 }
 
 # ---- options ------------------------------------------------------------------------------------------
-ALGO="" TASK="" ENVS="" GPU=0 GPUS="0,1" SEEDS="" SEED="" THRESHOLD=10 ARMS="default,mps" NAME="" SECONDS_=""
+ALGO="" TASK="" ENVS="" CASES="" GPU=0 GPUS="0,1" SEEDS="" SEED="" THRESHOLD=10 ARMS="default,mps" NAME="" SECONDS_=""
 SEGMENTS=1 EXECUTION=mps KEYS="" ITERS=200 DEVICES="" RAW=0 FOREGROUND=0 WAIT="" OVERRIDES=() INTERVAL=60 WARMUP=auto
 parse() {  # the options of gate, ab, side-by-side, learn, mps-*
   while [ $# -gt 0 ]; do
@@ -130,6 +134,7 @@ parse() {  # the options of gate, ab, side-by-side, learn, mps-*
       --algo) ALGO=$2; shift ;;
       --task) TASK=$2; shift ;;
       --envs) ENVS=$2; shift ;;
+      --cases) CASES=$2; shift ;;
       --gpu) GPU=$2; shift ;;
       --gpus) GPUS=$2; shift ;;
       --seeds) SEEDS=$2; shift ;;
@@ -256,6 +261,17 @@ extract_runs() {  # DIR NAME: `unilab bench extract` of every run in DIR
     grep -E "iteration_ms|env_steps_per_s|learner_train_ms|collector_env_step_ms" "$S/${2}_$(basename "$d").txt"
   done
   return 0
+}
+
+cmd_matrix() {  # `unilab bench gate` under GPU G's daemon (device 0 = GPU G); its table goes to the log
+  local out=$S/matrix${NAME:+_$NAME} args
+  args=(bench gate --device cuda:0 --out "$out" ${CASES:+--cases "$CASES"})
+  [ ${#OVERRIDES[@]} -gt 0 ] && args+=(-- "${OVERRIDES[@]}")
+  log "the gate matrix under GPU $GPU's daemon, into $out"
+  require_daemon "$GPU"
+  note_dir "$out"
+  (use_daemon "$GPU"; run_log "$S/matrix${NAME:+_$NAME}.log" "${UNILAB_CMD[@]}" "${args[@]}")
+  [ "$DRY" = 1 ] || tail -25 "$S/matrix${NAME:+_$NAME}.log"
 }
 
 cmd_ab() {  # plain runs, default vs MPS, both under one raw daemon (training.block_ambient_mps keeps the default arm off it)
@@ -594,6 +610,7 @@ case $SUB in
   mps-stop) parse "$@"; cmd_mps_stop ;;
   mps-check) parse "$@"; cmd_mps_check ;;
   gate) parse "$@"; cmd_gate ;;
+  matrix) parse "$@"; cmd_matrix ;;
   ab) parse "$@"; cmd_ab ;;
   env) cmd_env "$@" ;;
   alone) cmd_alone "$@" ;;

@@ -84,6 +84,17 @@ def test_gate_seed_overrides_arms_and_name():
     assert not any(line.startswith("eval ") for line in default_only)
 
 
+def test_matrix_expansion():
+    lines = dry("matrix")
+    assert 'eval "$(unilab mps env --gpu 0)"' in lines  # under GPU 0's daemon, which the gate finds
+    assert commands(lines) == ["unilab bench gate --device cuda:0 --out /tmp/session/matrix"]
+    lines = dry("--out", "/tmp/s", "matrix", "--cases", "fastsac_g1_walk_flat", "--name", "walk", "--gpu", "1", "--",
+                "training.update_before_ingest=false")
+    assert 'eval "$(unilab mps env --gpu 1)"' in lines
+    assert commands(lines) == ["unilab bench gate --device cuda:0 --out /tmp/s/matrix_walk --cases fastsac_g1_walk_flat "
+                               "-- training.update_before_ingest=false"]
+
+
 def test_learn_expansion():
     lines = dry("learn", "--algo", "fastsac", "--task", "g1_walk_flat", "--envs", "4096", "--name", "walk",
                 "--seconds", "450", "--segments", "2", "--gpu", "1", "--", "sim.task_cuda_graph=false")

@@ -1,5 +1,6 @@
-"""`unilab bench extract` / `unilab bench compare` (exit 0 pass, 1 a gate failed, 2 bad input or no verdict:
-compare gives none unless both arms have a completed run, and names the arm that is missing or failed)."""
+"""`unilab bench extract` / `compare` / `gate` (exit 0 pass, 1 a gate failed, 2 bad input or no verdict:
+compare gives none unless both arms have a completed run, and names the arm that is missing or failed;
+gate runs the whole matrix, see unilab.bench.gate)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import sys
 
 from .extract import DEFAULT_LAST, DEFAULT_SKIP_FIRST
+from .gate import CASES, DEFAULT_ITERATIONS, DEFAULT_REPEATS
 
 EXIT_PASS, EXIT_GATE_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -50,6 +52,12 @@ def _compare(args) -> int:
     return EXIT_PASS if report["passed"] else EXIT_GATE_FAILED
 
 
+def _gate(args) -> int:
+    from .gate_run import run_gate
+
+    return run_gate(args)
+
+
 def _window(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--last", type=int, default=DEFAULT_LAST, metavar="N",
                         help=f"report the last N iterations (default {DEFAULT_LAST})")
@@ -59,7 +67,7 @@ def _window(parser: argparse.ArgumentParser) -> None:
 
 
 def add_bench_parser(sub) -> None:
-    bench = sub.add_parser("bench", help="benchmark tools: per-run extraction and the MPS A/B gate")
+    bench = sub.add_parser("bench", help="benchmark tools: per-run extraction, the MPS A/B comparison, the gate")
     bsub = bench.add_subparsers(dest="action", required=True)
 
     extract = bsub.add_parser("extract", help="window means/stds, evidence and status of one run (exit 2 if unusable)")
@@ -79,3 +87,35 @@ def add_bench_parser(sub) -> None:
     compare.add_argument("--plot", metavar="OUT.png", help="write a bar chart (needs matplotlib)")
     _window(compare)
     compare.set_defaults(func=_compare)
+
+    gate = bsub.add_parser(
+        "gate", help="the benchmark matrix from one command: every case's default and MPS arms, one run at a time, "
+                     "then the table and verdict (exit 0 pass, 1 fail, 2 bad input)",
+        description="Runs each case's default and MPS arms (train -m +execution=default|mps +bench=offpolicy_gate), "
+                    "one job at a time, each case into its own folder under --out, then checks what "
+                    "`unilab bench compare` checks with the case's threshold and writes gate.json, gate.md and "
+                    "gate.png there. Cases: " + ", ".join(f"{c.name} (+{c.threshold_pct:g} %, {c.envs} envs)"
+                                                          for c in CASES) + ".")
+    gate.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="train overrides for every job, after --")
+    gate.add_argument("--cases", action="append", metavar="NAME[,NAME]", help="run only these cases (default: all)")
+    gate.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, metavar="N",
+                      help=f"iterations per run (default {DEFAULT_ITERATIONS})")
+    gate.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, metavar="K",
+                      help=f"runs per arm, seeds 1..K (default {DEFAULT_REPEATS})")
+    gate.add_argument("--threshold", action="append", default=[], metavar="[CASE=]PCT",
+                      help="minimum env_steps_per_s improvement of a case (or of all), in percent (repeatable)")
+    gate.add_argument("--envs", action="append", default=[], metavar="[CASE=]N",
+                      help="task.num_envs of a case (or of all) (repeatable)")
+    gate.add_argument("--device", default="cuda:0", metavar="cuda:N", help="training.device of every job (default "
+                      "cuda:0); the MPS arm runs under the daemon of its GPU")
+    gate.add_argument("--out", metavar="DIR", help="a new folder for the gate (default runs/gate/<time>)")
+    gate.add_argument("--start-daemon", action="store_true",
+                      help="start an MPS daemon for the GPU (as `unilab mps start`) and stop it at the end; "
+                           "without it one must be running")
+    gate.add_argument("--allow-short", action="store_true",
+                      help="accept fewer than 300 iterations, 50 ignored, 100 reported or 2 repeats per arm "
+                           "(the table says SHORT)")
+    gate.add_argument("--no-plot", action="store_true", help="no gate.png (which needs matplotlib)")
+    gate.add_argument("--dry-run", action="store_true", help="list the jobs and their train commands; create nothing")
+    _window(gate)
+    gate.set_defaults(func=_gate)
