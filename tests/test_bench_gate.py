@@ -363,8 +363,9 @@ def test_the_gate_imports_no_torch():
 
 
 @pytest.mark.parametrize("case", [WALK, TRACK])
-def test_the_real_train_accepts_the_gate_commands(tmp_path, capsys, case):
-    """Each arm's command composes in `train -m ... --dry-run` (one job, the preset's seed sweep overridden)."""
+def test_the_real_train_accepts_the_gate_commands(tmp_path, capsys, case, fake_host, daemon):
+    """Each arm's command composes and is validated in `train -m ... --dry-run` (one job, the preset's seed sweep
+    overridden) on a GPU host with a daemon (fakes)."""
     from train_calls import run_train
 
     cases = gate.select_cases([case], [], [])

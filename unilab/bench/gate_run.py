@@ -198,10 +198,11 @@ def run_job(job: Job, env: dict[str, str]) -> None:
 
 
 def check_commands(plan: Plan, env: dict[str, str]) -> None:
-    """`train -m ... --dry-run` of each case's MPS job (the default arm's differs in the mode only): a key or a
-    value that `train` refuses stops the gate here, not in every one of its jobs."""
+    """`train -m ... --dry-run` of each case's default-arm job (the MPS arm's differs in the mode only, and its
+    daemon may not run yet: `prepare_daemon` probes it): a key or a value that `train` refuses stops the gate
+    here, not in every one of its jobs."""
     for case in plan.cases:
-        job = next(j for j in plan.jobs if j.case == case.name and j.arm == "mps")
+        job = next(j for j in plan.jobs if j.case == case.name and j.arm == "default")
         try:
             done = subprocess.run([*job.argv, "--dry-run"], env=env, stdin=subprocess.DEVNULL, capture_output=True,
                                   text=True, timeout=300)
