@@ -1,5 +1,6 @@
 """OpenGL only where it is used: training, eval and export import none (they run with MUJOCO_GL=egl on a host
-without libEGL).
+without libEGL), and what renders (play --video/--viewer, training.video_interval) checks its backend before
+anything is created, naming the package or variable that fixes it (exit 2).
 
 A host without libEGL is made by a sitecustomize on PYTHONPATH that refuses to load libEGL in every Python process
 of the test (children included): this machine may have it installed system-wide, so LD_LIBRARY_PATH cannot hide it."""
@@ -15,6 +16,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from train_calls import run_train, spies  # noqa: F401 - spies is a fixture
 
 REPO = Path(__file__).resolve().parents[1]
 GL_MODULES = ("OpenGL", "glfw", "mujoco.egl", "mujoco.osmesa", "mujoco.glfw", "mujoco.cgl")
@@ -54,6 +57,10 @@ def no_libegl(tmp_path_factory) -> dict:
 def _python(args: list[str], env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=timeout,
                           cwd=REPO)
+
+
+def _listing(*dirs: Path) -> set:
+    return {p for d in dirs for p in Path(d).rglob("*")}
 
 
 # --- the training, eval and export paths -----------------------------------------------------------------
@@ -132,3 +139,106 @@ def test_training_play_eval_and_export_need_no_libegl(run_without_libegl, no_lib
     ex = _python(["-m", "unilab.cli.tools", "export", str(run), "--out", str(tmp_path / "policy.onnx")], no_libegl)
     assert ex.returncode == 0, ex.stderr[-3000:]
     assert (tmp_path / "policy.onnx").exists()
+
+
+# --- what renders checks its backend first ----------------------------------------------------------------
+
+
+def test_video_interval_without_libegl_exits_2_naming_the_fix_and_creates_nothing(no_libegl, tmp_path):
+    log_dir = tmp_path / "runs"
+    done = _python(["-m", "unilab.cli.train", *TINY_RUN, "training.video_interval=10", f"training.log_dir={log_dir}"],
+                   no_libegl)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "training.video_interval=10" in done.stderr and "cannot load libEGL" in done.stderr
+    assert "libegl1" in done.stderr and "MUJOCO_GL=osmesa" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not log_dir.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mujoco_gl", ["egl", None])  # None: unset, videos pick EGL
+def test_play_video_without_libegl_exits_2_naming_the_fix_and_creates_nothing(run_without_libegl, no_libegl,
+                                                                              tmp_path, mujoco_gl):
+    env = dict(no_libegl)
+    if mujoco_gl is None:
+        del env["MUJOCO_GL"]
+    before = _listing(run_without_libegl, tmp_path)
+    done = _python(["-m", "unilab.cli.tools", "play", str(run_without_libegl), "--video", str(tmp_path / "p.mp4"),
+                    "--steps", "2"], env)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "--video" in done.stderr and "cannot load libEGL" in done.stderr and "libegl1" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert _listing(run_without_libegl, tmp_path) == before
+
+
+@pytest.mark.parametrize("value, says", [
+    ("disable", "turns MuJoCo's rendering off"),
+    ("vulkan", "not a backend MuJoCo knows"),
+    ("glfw", "no display"),
+])
+def test_a_backend_that_cannot_render_offscreen_is_named(monkeypatch, value, says):
+    from unilab.viz import gl
+
+    monkeypatch.setenv("MUJOCO_GL", value)
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    with pytest.raises(ValueError, match=f"--video x.mp4: MUJOCO_GL={value} .*{says}"):
+        gl.require_gl("--video x.mp4")
+
+
+@pytest.mark.parametrize("backend, library, fix", [("egl", "EGL", "libegl1"), ("osmesa", "OSMesa", "libosmesa6")])
+def test_a_missing_backend_library_names_its_package(monkeypatch, backend, library, fix):
+    from unilab.viz import gl
+
+    asked = []
+    monkeypatch.setattr(gl, "_loadable", lambda name: asked.append(name) or False)
+    monkeypatch.setenv("MUJOCO_GL", backend)
+    assert fix in gl.render_problem() and asked == [library]
+    monkeypatch.setattr(gl, "_loadable", lambda name: True)
+    assert gl.render_problem() is None
+    gl.require_gl("--video x.mp4")  # no error
+    gl.require_gl_for("training.video_interval", None)  # unset: nothing to check, nothing asked
+
+
+def test_library_check_loads_in_a_child_process():
+    from unilab.viz import gl
+
+    assert gl._loadable("c")  # libc.so.6
+    assert not gl._loadable("surely_no_such_library_here")
+
+
+def test_viewer_needs_a_display_and_glfw(monkeypatch):
+    import importlib.util
+
+    from unilab.viz import gl
+
+    monkeypatch.setenv("MUJOCO_GL", "disable")  # plays no part for the viewer
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    with pytest.raises(ValueError, match="--viewer: no display.*DISPLAY.*use --video"):
+        gl.require_gl("--viewer", viewer=True)
+    monkeypatch.setenv("DISPLAY", ":0")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "glfw" else real(name, *a))
+    assert "pip install glfw" in gl.viewer_problem()
+
+
+def test_video_interval_is_checked_at_config_time_before_anything_starts(spies, tmp_path, capsys, monkeypatch):
+    from unilab.viz import gl
+
+    monkeypatch.setattr(gl, "_loadable", lambda name: False)
+    monkeypatch.setenv("MUJOCO_GL", "egl")
+    launcher, env_factory = spies
+    assert run_train(*TINY_RUN, "training.video_interval=5", f"training.log_dir={tmp_path / 'runs'}") == 2
+    assert "training.video_interval=5" in capsys.readouterr().err
+    assert launcher.calls == [] and env_factory.calls == [] and not (tmp_path / "runs").exists()
+
+
+def test_rendering_refuses_a_mujoco_imported_without_opengl(monkeypatch):
+    from types import SimpleNamespace
+
+    from unilab.viz import gl
+
+    monkeypatch.setitem(sys.modules, "unilab.sim.headless", SimpleNamespace(gl_off=True))
+    with pytest.raises(gl.HeadlessGLUnavailable, match="imported without OpenGL"):
+        gl.use_headless_gl()
