@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 
-import mujoco
 import numpy as np
 
 from unilab.assets import g1_figures as fig
+from unilab.sim.headless import mujoco
 
 _AXES = {"x": (1.0, 0.0, 0.0), "y": (0.0, 1.0, 0.0), "z": (0.0, 0.0, 1.0)}
 

@@ -12,6 +12,7 @@ from typing import Any, List, Optional
 from omegaconf import MISSING
 
 from unilab.checks import at_least_one, positive_finite, require
+from unilab.viz.gl import require_gl_for
 
 VALIDATE_RESOLVER = "unilab.validate"
 
@@ -120,6 +121,7 @@ class TrainingConfig(ExecutionConfig):
         at_least_one("training", self, ("env_steps_per_sync", "ingress_slots"))
         require(self.video_interval is None or self.video_interval >= 1, "training.video_interval",
                 self.video_interval, "null (off) or a number of iterations >= 1")
+        require_gl_for("training.video_interval", self.video_interval)  # the clips need OpenGL; training does not
         for key in timeout_keys():  # inf would wait for ever, 0 or less never waits
             positive_finite(f"training.{key}", getattr(self, key))
         if self.run_name:

@@ -15,7 +15,7 @@ def lowest_point_z(model, data, geoms) -> np.ndarray:
     """(len(geoms),) the lowest world z of each geom, exact for spheres, capsules, cylinders and boxes
     (others by their bounding sphere). `G1Kinematics.foot_lowest_z` bounds it by the geoms' bounding
     boxes, which is what clip synthesis places on the floor; here the exact point is measured."""
-    import mujoco
+    from unilab.sim.headless import mujoco
 
     z = data.geom_xpos[geoms, 2]
     axis_z = np.abs(data.geom_xmat[geoms].reshape(-1, 3, 3)[:, 2, :])  # |z component| of each local axis

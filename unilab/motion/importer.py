@@ -251,7 +251,7 @@ def resample_qpos(src: SourceMotion, fps_in: float, fps_out: float) -> np.ndarra
 def fk_deviation(model, src: SourceMotion) -> Optional[tuple[float, str, int]]:
     """(max distance in m, body, bodies compared) between the source's body positions and our FK of the
     source's own root + joints, on up to FK_COMPARE_FRAMES frames; None when the bodies cannot be matched."""
-    import mujoco
+    from unilab.sim.headless import mujoco
 
     if src.body_pos is None:
         return None

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-import mujoco
 import numpy as np
 
 from unilab.motion.clip import MotionClip, save_motion_clip
+from unilab.sim.headless import mujoco
 
 BASE_CHANNELS = ("base_roll", "base_pitch", "base_yaw")
 FOOT_CONTACT_SCALE = 0.01  # m: feet lower than the other by a few of these carry the anchor weight

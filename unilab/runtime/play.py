@@ -235,15 +235,16 @@ def _watcher(args):
         return PassiveViewer()
     import importlib
 
-    from unilab.viz.gl import use_headless_gl, with_gl_hint
+    from unilab.viz.gl import require_gl, use_headless_gl, with_gl_hint
     from unilab.viz.video import check_video_path
+    from unilab.viz.watch import VideoRecorder
 
     path = check_video_path(args.video)
     if path.suffix.lower() == ".mp4" and (args.width % 2 or args.height % 2):
         raise ValueError(f"--width {args.width} --height {args.height}: an mp4 needs even sides")
+    recorder = VideoRecorder(path, worlds=args.worlds, fps=args.fps, width=args.width, height=args.height,
+                             camera=args.camera)  # the video extra
+    require_gl(f"--video {args.video}")  # a usable OpenGL backend, or the package or variable that gives one
     use_headless_gl()  # before anything imports mujoco
     with_gl_hint(lambda: importlib.import_module("mujoco"))  # a missing GL library: say so before building the env
-    from unilab.viz.watch import VideoRecorder
-
-    return VideoRecorder(path, worlds=args.worlds, fps=args.fps, width=args.width, height=args.height,
-                         camera=args.camera)
+    return recorder

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import mujoco
 import numpy as np
+
+from unilab.sim.headless import mujoco
 
 # Most contacts MuJoCo's primitive colliders make between a geom of this type and a plane.
 _PLANE_CONTACTS = {

@@ -7,7 +7,7 @@ import gc
 import time
 from contextlib import contextmanager
 
-import mujoco
+from unilab.sim.headless import mujoco  # first: mujoco_warp imports mujoco
 import mujoco_warp as mjwarp
 import numpy as np
 import torch

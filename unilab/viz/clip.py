@@ -45,8 +45,9 @@ class ClipRecorder:
     """World 0's positions over CLIP_S seconds, every `interval` iterations, handed to a render process."""
 
     def __init__(self, env, interval: int, run_dir: str | Path):
-        import mujoco
         import torch
+
+        from unilab.sim.headless import mujoco
 
         from .video import require_imageio
 

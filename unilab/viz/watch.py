@@ -71,10 +71,9 @@ class PassiveViewer:
     """MuJoCo's interactive viewer on world 0, paced to real time; closing its window ends the rollout."""
 
     def __init__(self):
-        from .gl import has_display
+        from .gl import require_gl
 
-        if not has_display():
-            raise ValueError("no display: use --video")
+        require_gl("--viewer", viewer=True)  # a display and glfw; MUJOCO_GL plays no part
         self.viewer = None
 
     def start(self, env) -> None:

@@ -17,9 +17,10 @@ import time
 from contextlib import contextmanager
 from typing import Any
 
-import mujoco
 import numpy as np
 import torch
+
+from unilab.sim.headless import mujoco
 
 
 class _StepTimer:

@@ -22,13 +22,13 @@ import dataclasses
 import math
 from typing import Optional
 
-import mujoco
 import numpy as np
 import torch
 
 from unilab.assets import g1
 from unilab.motion import MotionClip, default_clip_path
 from unilab.motion.library import MotionLibrary, load_motion_library
+from unilab.sim.headless import mujoco
 from unilab.tasks.common import math as qm
 from unilab.tasks.common import randomization as dr
 from unilab.tasks.common import rewards as rk
