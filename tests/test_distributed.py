@@ -15,6 +15,7 @@ from unilab.algos.base import make_learner
 from unilab.algos.distributed import GradAllReduce, broadcast_, dp_active
 from unilab.algos.fastsac.config import FastSACConfig
 from unilab.algos.flashsac.config import FlashSACConfig
+from unilab.algos.warpsac.config import WarpSACConfig
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
 
@@ -36,6 +37,8 @@ CONFIGS = {
         num_envs=N, lr=3e-3, lr_init=3e-3, noise_repeat_max=4,
     ),
 }  # fmt: skip
+# WarpSAC: the actor's collective before the critic's in a step, replay rows drawn by age on each rank.
+CONFIGS["warpsac"] = WarpSACConfig(**{k: v for k, v in vars(CONFIGS["flashsac"]).items() if k != "name"})
 
 
 # ---------------------------------------------------------------- harness
@@ -166,7 +169,7 @@ def test_broadcast_and_grad_allreduce(tmp_path):
         assert r["unused_grad"] is None
 
 
-@pytest.mark.parametrize("algo", ["fastsac", "flashsac"])
+@pytest.mark.parametrize("algo", ["fastsac", "flashsac", "warpsac"])
 def test_learners_stay_in_sync(tmp_path, algo):
     r0, r1 = run_ranks(tmp_path, _train, algo)
     assert r0["dp_updates"] == r1["dp_updates"] == CYCLES

@@ -178,13 +178,14 @@ def test_return_normalizer_matches_numpy():
 # ---------------------------------------------------------------- learner
 
 
+def name_imported_without_torch(module: str, cls: str) -> str:
+    """The `name` of config class `cls` of `module`, built in a fresh interpreter that must not import torch."""
+    code = f"import sys, {module} as c; assert 'torch' not in sys.modules; print(c.{cls}().name)"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
 def test_config_imports_without_torch():
-    code = (
-        "import sys, unilab.algos.flashsac.config as c; "
-        "assert 'torch' not in sys.modules; print(c.FlashSACConfig().name)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "flashsac"
+    assert name_imported_without_torch("unilab.algos.flashsac.config", "FlashSACConfig") == "flashsac"
     cfg = FlashSACConfig()
     assert (cfg.batch_size, cfg.num_atoms, cfg.expansion, cfg.cuda_graph, cfg.bf16) == (2048, 101, 4, True, True)
 
@@ -323,11 +324,17 @@ def test_checkpoint_layout_is_unchanged():
 
 
 def test_state_dict_round_trip_continues_identically():
-    lrn = learner()
+    round_trip_continues_identically(TINY)
+
+
+def round_trip_continues_identically(cfg) -> None:
+    """A learner of `cfg` saved after two cycles and loaded into another of another seed acts and updates
+    as the first does."""
+    lrn = learner(cfg)
     for _ in range(2):
         lrn.update()
     lrn.publish_policy()
-    other = make_learner(TINY, OBS, CRITIC_OBS, ACT, "cpu", seed=7)
+    other = make_learner(cfg, OBS, CRITIC_OBS, ACT, "cpu", seed=7)
     saved = io.BytesIO()
     torch.save(lrn.state_dict(), saved)  # state_dict() aliases live tensors (optimiser moments): go via bytes
     saved.seek(0)
@@ -352,15 +359,23 @@ def test_bandit_deterministic_action_approaches_the_optimum(device):
     """On CUDA with the defaults: bf16, compiled losses and projections, the cycle one captured graph."""
     cfg = replace(TINY, batch_size=128, updates_per_step=4, policy_delay=1, num_envs=64, lr=3e-3, lr_init=3e-3,
                   lr_end=3e-3, target_action_std=0.1)
+    bandit(cfg, device)
+
+
+def bandit(cfg, device: str, cycles: int = 30, max_error: float = 0.4):
+    """A learner of `cfg` (4-dim observations, 2-dim actions) trained for `cycles` update cycles on a
+    one-step bandit, reward -|a - a*|^2: its deterministic action must approach a*. Returns the learner."""
     torch.manual_seed(0)
     torch.set_default_device(device)
     try:
-        _bandit(make_learner(cfg, 4, 4, 2, device, 0))
+        lrn = make_learner(cfg, 4, 4, 2, device, 0)
+        _bandit(lrn, cycles, max_error)
+        return lrn
     finally:
         torch.set_default_device(None)
 
 
-def _bandit(lrn) -> None:
+def _bandit(lrn, cycles: int, max_error: float) -> None:
     assert lrn.compiled == lrn.use_graph == (lrn.device.type == "cuda")
     best = torch.tensor([0.5, -0.3])
 
@@ -378,12 +393,12 @@ def _bandit(lrn) -> None:
         return float((lrn.act(probe, deterministic=True) - best).norm(dim=-1).mean())
 
     start = error()
-    for _ in range(30):
+    for _ in range(cycles):
         metrics = lrn.update()
         lrn.publish_policy()
         play(lrn.act(torch.randn(64, 4)))
     assert all(math.isfinite(float(v)) for v in metrics.values())
-    assert error() < min(0.4, 0.5 * start), (start, error())
+    assert error() < min(max_error, 0.5 * start), (start, error())
     assert lrn._graph is not None or not lrn.use_graph
     assert_on_spheres(lrn.critic)
 

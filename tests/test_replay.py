@@ -47,8 +47,9 @@ def test_size_is_capped_and_mirrored_on_device():
     buf = ReplayBuffer(7, SPEC, "cpu")
     for i in range(10):
         buf.extend(rows(10 * i, 3))
-        assert buf.size == min(3 * (i + 1), 7)
+        assert buf.size == min(3 * (i + 1), 7) and buf.ptr == 3 * (i + 1) % 7
         assert buf.size_tensor.dtype == torch.int64 and int(buf.size_tensor) == buf.size
+        assert buf.ptr_tensor.dtype == torch.int64 and int(buf.ptr_tensor) == buf.ptr  # the write position too
 
 
 def test_samples_come_only_from_filled_rows():

@@ -33,6 +33,7 @@ GROUPS: dict[str, Group] = {
         "fastsac": Entry("unilab.algos.fastsac.config:FastSACConfig", "unilab.algos.fastsac.learner:FastSACLearner"),
         "flashsac": Entry("unilab.algos.flashsac.config:FlashSACConfig",
                           "unilab.algos.flashsac.learner:FlashSACLearner"),
+        "warpsac": Entry("unilab.algos.warpsac.config:WarpSACConfig", "unilab.algos.warpsac.learner:WarpSACLearner"),
     }),
     "task": Group("task", "name", {
         "g1_walk_flat": Entry("unilab.tasks.g1_walk_flat.config:G1WalkFlatConfig",

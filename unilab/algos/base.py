@@ -47,13 +47,17 @@ class OffPolicyLearner(ABC):
     - `_critic_loss`, `_actor_loss`: its losses (compiled with the cycle, see `compiled`);
     - `_onnx_policy`: the exported policy;
     and, where it needs them, overrides the hooks that default to plain SAC: `_update_statistics` (in
-    `add`), `_compile_step_functions`, `_after_critic_step` (the target update), `_after_actor_step`,
-    `_actor_metrics`, `_cycle_end_metrics`, `_publish`, `_act`, and the checkpoint hooks `_extra_state`,
-    `_load_extra_state`, `_optimiser_state`, `_load_optimiser`, `_upgrade_checkpoint`.
+    `add`), `_compile_step_functions`, `_actor_schedule`, `_sample_indices`, `_after_critic_step` (the
+    target update), `_after_actor_step`, `_actor_metrics`, `_cycle_end_metrics`, `_publish`, `_act`, and
+    the checkpoint hooks `_extra_state`, `_load_extra_state`, `_optimiser_state`, `_load_optimiser`,
+    `_upgrade_checkpoint`; and `policy_before_critic`, the order within a step.
     """
 
     # What update() returns, in this order: means over the cycle's steps, or `_cycle_end_metrics`.
     metric_names: tuple[str, ...] = ()
+    # Order within a gradient step that trains the actor: the critic first (plain SAC), or with True the
+    # actor and temperature first, the critic's target then reading the updated policy and temperature.
+    policy_before_critic: bool = False
     replay: ReplayBuffer
     _graph: torch.cuda.CUDAGraph | None = None
     _graph_metrics: Tensor | None = None
@@ -95,7 +99,7 @@ class OffPolicyLearner(ABC):
         shapes = transition_shapes(self.obs_dim, self.critic_obs_dim, self.action_dim)
         self.replay = ReplayBuffer(cfg.replay_capacity, {k: (shape, torch.float32) for k, shape in shapes.items()},
                                    self.device)
-        self.actor_schedule = [k % cfg.policy_delay == cfg.policy_delay - 1 for k in range(cfg.updates_per_step)]
+        self.actor_schedule = self._actor_schedule()
         self.num_updates = 0  # gradient steps taken, warm-up steps of the graph capture included
         self._chunk = 0  # rows per add(), for ready()
 
@@ -193,11 +197,30 @@ class OffPolicyLearner(ABC):
         finally:
             self.critic.requires_grad_(True)
 
-    def _step(self, update_actor: bool) -> dict[str, Tensor]:
-        """One gradient step of the critic, then of the actor and temperature where `update_actor`."""
-        data, idx = self.replay.storage, self.replay.sample_indices(self.cfg.batch_size)
-        alpha = self.log_alpha.detach().exp()
+    def _actor_schedule(self) -> list[bool]:
+        """Which gradient steps of a cycle train the actor (static): the last of every `policy_delay`."""
+        delay = self.cfg.policy_delay
+        return [k % delay == delay - 1 for k in range(self.cfg.updates_per_step)]
 
+    def _sample_indices(self) -> Tensor:
+        """The replay rows of one gradient step: `batch_size` of them, drawn uniformly on the device."""
+        return self.replay.sample_indices(self.cfg.batch_size)
+
+    def _step(self, update_actor: bool) -> dict[str, Tensor]:
+        """One gradient step on one sampled batch: the critic's and, where `update_actor`, the actor's and
+        temperature's, after the critic's or (`policy_before_critic`) before it."""
+        data, idx = self.replay.storage, self._sample_indices()
+        alpha = self.log_alpha.detach().exp()
+        out = {}
+        if update_actor and self.policy_before_critic:
+            out.update(self._actor_step(data, idx, alpha))
+            alpha = self.log_alpha.detach().exp()  # the critic's target reads the updated temperature
+        out.update(self._critic_step(data, idx, alpha))
+        if update_actor and not self.policy_before_critic:
+            out.update(self._actor_step(data, idx, alpha))
+        return out
+
+    def _critic_step(self, data: dict[str, Tensor], idx: Tensor, alpha: Tensor) -> dict[str, Tensor]:
         critic_loss, q_mean = self._critic_loss_fn(data, idx, alpha)
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
@@ -205,23 +228,21 @@ class OffPolicyLearner(ABC):
             self._critic_grad_sync()
         self.critic_opt.step()
         self._after_critic_step()
-        out = {"critic_loss": critic_loss.detach(), "q_mean": q_mean}
+        return {"critic_loss": critic_loss.detach(), "q_mean": q_mean}
 
-        if update_actor:
-            with self._critic_frozen():
-                actor_loss, alpha_loss, logp, *extras = self._actor_loss_fn(data, idx, alpha)
-            # Both losses in one backward pass, then (data parallel) averaged in one collective.
-            self.actor_opt.zero_grad(set_to_none=True)
-            self.alpha_opt.zero_grad(set_to_none=True)
-            (actor_loss + alpha_loss).backward()
-            if self._actor_grad_sync is not None:
-                self._actor_grad_sync()
-            self.actor_opt.step()
-            self._after_actor_step()
-            self.alpha_opt.step()
-            out["actor_loss"] = actor_loss.detach()
-            out.update(self._actor_metrics(logp, *extras))
-        return out
+    def _actor_step(self, data: dict[str, Tensor], idx: Tensor, alpha: Tensor) -> dict[str, Tensor]:
+        with self._critic_frozen():
+            actor_loss, alpha_loss, logp, *extras = self._actor_loss_fn(data, idx, alpha)
+        # Both losses in one backward pass, then (data parallel) averaged in one collective.
+        self.actor_opt.zero_grad(set_to_none=True)
+        self.alpha_opt.zero_grad(set_to_none=True)
+        (actor_loss + alpha_loss).backward()
+        if self._actor_grad_sync is not None:
+            self._actor_grad_sync()
+        self.actor_opt.step()
+        self._after_actor_step()
+        self.alpha_opt.step()
+        return {"actor_loss": actor_loss.detach(), **self._actor_metrics(logp, *extras)}
 
     def _after_critic_step(self) -> None:
         """After the critic's optimiser step: move the target critic towards it."""

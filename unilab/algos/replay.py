@@ -1,8 +1,8 @@
 """Ring replay buffer that lives on the learner's device.
 
 Writes are driven by host-side Python ints (the chunk size of every write is known on the host), so
-`extend` never waits on the GPU. Sampling reads the fill level from a device scalar, so a CUDA graph
-that samples keeps seeing the current size on every replay.
+`extend` never waits on the GPU. Sampling reads the fill level (and the write position) from device
+scalars, so a CUDA graph that samples keeps seeing the current ones on every replay.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ class ReplayBuffer:
         self.ptr = 0
         self.size = 0
         self.size_tensor = torch.zeros((), dtype=torch.int64, device=self.device)
+        self.ptr_tensor = torch.zeros((), dtype=torch.int64, device=self.device)  # the next row written
 
     def __len__(self) -> int:
         return self.size
@@ -54,6 +55,7 @@ class ReplayBuffer:
         self.ptr = (self.ptr + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
         self.size_tensor.fill_(self.size)
+        self.ptr_tensor.fill_(self.ptr)
 
     def sample_indices(self, batch_size: int) -> Tensor:
         draws = torch.randint(0, _INDEX_RANGE, (batch_size,), device=self.device)
