@@ -132,7 +132,7 @@ def _sweep_job(cfg: DictConfig, sweep: sweeps.Sweep) -> int | None:
     sweep.jobs.append(job)
     suffix = sweeps.run_name_suffix(values) if not cfg.training.run_name else ""
     try:
-        request = validate(cfg)  # again at the job's start: the host may have changed since the check pass
+        request = validate(cfg)  # in the run pass again: the host may have changed since the check pass
         if _PASS.check_only:
             return None
         prepared = prepare_run(request, name_suffix=suffix)
