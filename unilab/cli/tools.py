@@ -91,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     importer.add_parser(motsub)
     info.add_parser(motsub)
 
+    from .warmup import add_parser as add_warmup_parser
+
+    add_warmup_parser(sub)
+
     play = sub.add_parser("play", help="play a run's policy deterministically and report its episodes (play.json)")
     play.add_argument("run", help="run directory")
     play.add_argument("--checkpoint", help="checkpoint file (default: the run's latest)")
@@ -139,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
         from unilab.mps.cli import doctor_main
 
         code = doctor_main(raw[2:])
+    elif raw[:1] == ["warmup"] and raw[1:2] not in (["-h"], ["--help"]):  # train overrides, likewise
+        from .warmup import warmup
+
+        code = warmup(argparse.Namespace(overrides=raw[1:]))
     else:
         args = build_parser().parse_args(raw)
         code = args.func(args)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
+from unilab.kernel_cache import kernel_cache_env
 from unilab.mps import CudaProcessSharingError, Prerequisite, verify_mps_clients
 from unilab.mps.child_env import child_device_and_env, environ
 from unilab.mps.record import CudaProcessSharingEvidence
@@ -36,7 +37,7 @@ EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 @dataclass
 class _Rank:
     spec: RoleSpec
-    env: dict[str, str]  # the children's environment overrides (MPS variables)
+    env: dict[str, str]  # the children's environment overrides (MPS variables, kernel caches)
     evidence: CudaProcessSharingEvidence
     device: str  # as the launcher names it
     procs: dict[str, mp.Process]  # role -> process
@@ -109,6 +110,7 @@ def _create_ranks(prepared: PreparedRun, ctx, to_launcher, stop_event, go_event)
     ranks = []
     for rank, (device, evidence) in enumerate(zip(devices, evidences)):
         child_device, env = child_device_and_env(evidence, device, str(no_mps_dir) if no_mps_dir else None)
+        env = {**kernel_cache_env(), **env}  # compiled kernels kept in one place between runs
         spec = _role_spec(prepared, child_device, rank, len(devices), dist_port)
         to_learner, to_collector = ctx.Queue(), ctx.Queue()
         procs = {

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 import warp as wp
 
+from unilab.kernel_cache import kernel_cache_env
 from unilab.sim.capacity import derive_capacity
 from unilab.sim.config import MjWarpSimConfig
 
@@ -23,6 +24,10 @@ def _setup_warp(verbose: bool) -> None:
     for flag, value in (("quiet", not verbose), ("verbose", verbose)):
         if hasattr(wp.config, flag):  # older Warp releases
             setattr(wp.config, flag, value)
+    if wp.config.kernel_cache_dir is None:  # one place for every simulating process (unilab.kernel_cache)
+        cache = kernel_cache_env().get("WARP_CACHE_PATH")
+        if cache:
+            wp.config.kernel_cache_dir = cache
     wp.init()
 
 

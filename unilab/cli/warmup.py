@@ -1,0 +1,101 @@
+"""`unilab warmup [train overrides...]`: compile the kernels a `train` with these overrides needs, into the
+kernel cache (unilab.kernel_cache), and keep nothing else.
+
+It runs that training for a few iterations past its first update (the physics kernels compile while the
+worlds are built, the losses at the first update) in a scratch log directory that it removes afterwards,
+with no play, export or loggers. A cluster job, or an image build, runs it once per workload; later runs
+with the same cache start warm. The console names each phase and how long it took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+EXIT_USAGE = 2
+# Iterations past the first update: the losses compile at the first one, the rest check it ran.
+AFTER_FIRST_UPDATE = 3
+# Set by warmup itself; a user's value for them would be overwritten.
+OWN_KEYS = ("algo.max_iterations", "training.log_dir", "training.run_name", "training.no_play", "training.export_onnx",
+            "training.logger", "training.video_interval", "training.resume")
+
+
+def _iterations(overrides: list[str]) -> int:
+    """The first update's iteration plus a few, from the composed and validated config: updates start once the
+    replay holds `batch_size` rows and `learning_starts` iterations' worth (unilab.runtime.learner)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from unilab.cli.train import CONF_DIR
+    from unilab.config import register_configs, register_resolvers, validate
+
+    register_configs()
+    register_resolvers()
+    if GlobalHydra.instance().is_initialized():
+        GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="train"):
+        cfg = compose(config_name="train", overrides=overrides)
+    config = validate(cfg).config
+    algo, per_iteration = config["algo"], int(config["task"]["num_envs"]) * int(config["training"]["env_steps_per_sync"])
+    fill = max(int(algo["batch_size"]), int(algo["learning_starts"]) * per_iteration)
+    return max(int(algo["learning_starts"]), -(-fill // per_iteration)) + AFTER_FIRST_UPDATE
+
+
+def warmup(args: argparse.Namespace) -> int:
+    from unilab.cli.short_form import UsageError, expand_short_form
+    from unilab.cli.train import _user_error
+    from unilab.kernel_cache import kernel_cache_dirs, kernel_cache_env, size_bytes
+
+    try:
+        overrides = expand_short_form(args.overrides)
+        own = [o for o in overrides if o.lstrip("+~").partition("=")[0] in OWN_KEYS]
+        if own or any(o.startswith("-") for o in overrides):
+            raise UsageError(f"takes train overrides other than {', '.join(OWN_KEYS)} (warmup sets them), "
+                             f"and no flags: {' '.join(own or [o for o in overrides if o.startswith('-')])}")
+        iterations = _iterations(overrides)
+    except UsageError as exc:
+        print(f"unilab warmup: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # noqa: BLE001 - an error the user can fix is printed as train prints it
+        message = _user_error(exc)
+        if message is None:
+            raise
+        print(message, file=sys.stderr)
+        return EXIT_USAGE
+    dirs = kernel_cache_dirs()
+    before = {var: size_bytes(path) for var, path in dirs.items()}
+    scratch = tempfile.mkdtemp(prefix="unilab-warmup-")
+    cmd = [sys.executable, "-m", "unilab.cli.train", *overrides, f"algo.max_iterations={iterations}",
+           f"training.log_dir={scratch}", "training.run_name=warmup", "training.no_play=true",
+           "training.export_onnx=false", "training.logger=[]", "training.video_interval=null"]
+    started = time.monotonic()
+    try:
+        code = subprocess.call(cmd, env={**os.environ, **kernel_cache_env()})
+    except KeyboardInterrupt:
+        code = 130
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    took = time.monotonic() - started
+    if code:
+        print(f"unilab warmup: the training run failed (exit {code}) after {took:.0f} s; the caches keep what was "
+              "compiled", file=sys.stderr)
+        return code
+    print(f"unilab warmup: compiled in {took:.0f} s ({iterations} iterations); kernel caches:", file=sys.stderr)
+    for var, path in dirs.items():
+        grown = (size_bytes(path) - before[var]) / 2**20
+        print(f"  {var}={path}  ({size_bytes(path) / 2**20:.1f} MiB, {grown:+.1f} MiB now)", file=sys.stderr)
+    return 0
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("warmup", help="compile the kernels of a train command into the kernel cache "
+                            "($UNILAB_CACHE_DIR/kernels, default ~/.cache/unilab/kernels) and keep nothing else",
+                            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("overrides", nargs=argparse.REMAINDER, metavar="OVERRIDE",
+                        help="train overrides, short form too (--algo fastsac --task g1_walk_flat +execution=mps ...)")
+    parser.set_defaults(func=warmup)
