@@ -1,4 +1,4 @@
-"""WarpSAC: FlashSAC's learner with three changes, all in how it trains, none in what:
+"""WarpSAC: FlashSAC's learner with three changes to how it trains:
 
 - in every gradient step that trains the actor, the actor and temperature take their step first and the
   critic then trains on the same batch, its target reading the updated policy and temperature; each such
