@@ -41,7 +41,8 @@ def _iterations(overrides: list[str]) -> int:
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="train"):
         cfg = compose(config_name="train", overrides=overrides)
     config = validate(cfg).config
-    algo, per_iteration = config["algo"], int(config["task"]["num_envs"]) * int(config["training"]["env_steps_per_sync"])
+    algo = config["algo"]
+    per_iteration = int(config["task"]["num_envs"]) * int(config["training"]["env_steps_per_sync"])
     fill = max(int(algo["batch_size"]), int(algo["learning_starts"]) * per_iteration)
     return max(int(algo["learning_starts"]), -(-fill // per_iteration)) + AFTER_FIRST_UPDATE
 

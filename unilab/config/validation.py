@@ -82,15 +82,16 @@ def validate(cfg: DictConfig) -> ValidatedRequest:
     check_config(config, groups=("training",))
     training = config["training"]
     timeout_s = float(training["mps_probe_timeout_s"])
-    evidence = _probe(training["cuda_process_sharing"], str(training["device"]), _resolved(cfg, "sim").get("backend"),
+    config["sim"] = _resolved(cfg, "sim")
+    evidence = _probe(training["cuda_process_sharing"], str(training["device"]), config["sim"].get("backend"),
                       timeout_s)
-    config.update({key: _resolved(cfg, key) for key in GROUP_KEYS if key != "training"})
+    config.update({key: _resolved(cfg, key) for key in ("algo", "task")})
     check_config(config)
     mps_env = role_mps_env(training)
     devices = rank_devices(training)
     check_gpus_visible(devices)
-    return ValidatedRequest(config=config, rank_devices=devices, rank_evidence=_rank_evidence(evidence, devices, timeout_s),
-                            role_mps_env=mps_env)
+    return ValidatedRequest(config={key: config[key] for key in GROUP_KEYS}, rank_devices=devices,
+                            rank_evidence=_rank_evidence(evidence, devices, timeout_s), role_mps_env=mps_env)
 
 
 def _check_top_level(cfg: DictConfig) -> None:
