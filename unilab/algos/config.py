@@ -96,6 +96,11 @@ class OffPolicyAlgoConfig:
                 setattr(self, old, None)
 
 
+def rows_before_first_update(algo: Any, rows_per_iteration: int) -> int:
+    """Replay rows the first update waits for: `batch_size`, and `learning_starts` iterations' worth."""
+    return max(int(algo.batch_size), int(algo.learning_starts) * rows_per_iteration)
+
+
 def with_renamed_keys(cfg: Any) -> Any:
     """`cfg` itself, or where it still sets a renamed key (see RENAMED), a read-only view of it in which
     that key's value answers for the new key. The learners read their config through this, so that a plain

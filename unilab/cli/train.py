@@ -174,6 +174,20 @@ def _hydra_raises(argv: list[str]):
             os.environ["HYDRA_FULL_ERROR"] = saved_env
 
 
+def compose_train(overrides: list[str]) -> DictConfig:
+    """The config `train` would compose from these overrides (Hydra's compose API; nothing resolved yet): for
+    the tools that check a train command without running it (`unilab mps doctor`, `unilab warmup`)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_configs()
+    register_resolvers()
+    if GlobalHydra.instance().is_initialized():
+        GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="train"):
+        return compose(config_name="train", overrides=overrides)
+
+
 def _user_error(exc: BaseException) -> str | None:
     """The message to print for an error the user can fix, or None for a bug."""
     from hydra.errors import HydraException

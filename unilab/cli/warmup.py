@@ -28,23 +28,16 @@ OWN_KEYS = ("algo.max_iterations", "training.log_dir", "training.run_name", "tra
 def _iterations(overrides: list[str]) -> int:
     """The first update's iteration plus a few, from the composed and validated config: updates start once the
     replay holds `batch_size` rows and `learning_starts` iterations' worth (unilab.runtime.learner)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from unilab.algos.config import rows_before_first_update
+    from unilab.cli.train import compose_train
+    from unilab.config import validate
+    from unilab.registry import instantiate
 
-    from unilab.cli.train import CONF_DIR
-    from unilab.config import register_configs, register_resolvers, validate
-
-    register_configs()
-    register_resolvers()
-    if GlobalHydra.instance().is_initialized():
-        GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="train"):
-        cfg = compose(config_name="train", overrides=overrides)
-    config = validate(cfg).config
-    algo = config["algo"]
+    config = validate(compose_train(overrides)).config
+    algo = instantiate("algo", config["algo"])
     per_iteration = int(config["task"]["num_envs"]) * int(config["training"]["env_steps_per_sync"])
-    fill = max(int(algo["batch_size"]), int(algo["learning_starts"]) * per_iteration)
-    return max(int(algo["learning_starts"]), -(-fill // per_iteration)) + AFTER_FIRST_UPDATE
+    fill = rows_before_first_update(algo, per_iteration)
+    return max(int(algo.learning_starts), -(-fill // per_iteration)) + AFTER_FIRST_UPDATE
 
 
 def warmup(args: argparse.Namespace) -> int:

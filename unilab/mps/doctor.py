@@ -9,12 +9,9 @@ EXIT_PROBE_FAILED = 2
 
 
 def doctor(argv: list[str]) -> int:
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
     from unilab.cli.short_form import UsageError, expand_short_form
-    from unilab.cli.train import CONF_DIR, _user_error
-    from unilab.config import register_configs, register_resolvers, validate
+    from unilab.cli.train import _user_error, compose_train
+    from unilab.config import validate
 
     try:
         overrides = expand_short_form(argv)
@@ -26,14 +23,8 @@ def doctor(argv: list[str]) -> int:
         print(f"unilab mps doctor: takes train overrides only (key=value, +execution=mps, --algo X ...), not {flags}",
               file=sys.stderr)
         return EXIT_PROBE_FAILED
-    register_configs()
-    register_resolvers()
-    if GlobalHydra.instance().is_initialized():
-        GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="train"):
-            cfg = compose(config_name="train", overrides=overrides)
-        evidence = validate(cfg).evidence
+        evidence = validate(compose_train(overrides)).evidence
     except Exception as exc:
         message = _user_error(exc)  # the very text `train` prints for the same failure
         if message is None:

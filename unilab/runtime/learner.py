@@ -18,6 +18,7 @@ import time
 import traceback
 from collections import deque
 
+from unilab.algos.config import rows_before_first_update
 from unilab.mps.gemm_check import check_under_thread_share, weight_products
 from unilab.rundir.layout import POLICY_ONNX_FILE
 
@@ -222,7 +223,7 @@ class LearnerLoop:
         self._last_progress = -math.inf
         self._last_sps: float | None = None
         # the replay fill before the first update, reported by quarters (a resume reports its refill instead)
-        self._fill_target = max(int(algo.batch_size), self.learning_starts * self.dims.num_envs * self.dims.ticks_per_slot)
+        self._fill_target = rows_before_first_update(algo, self.dims.num_envs * self.dims.ticks_per_slot)
         self._fill_reported = 0 if not self.min_replay_to_update and self.learning_starts else 4
         self._first_update_s: float | None = None
         cuda = device.type == "cuda"
