@@ -203,6 +203,8 @@ def test_the_gate_runs_the_matrix_under_a_daemon_it_starts_and_stops(tool, tmp_p
     assert verdict["passed"] is True and verdict["shape"]["short"] is False
     assert verdict["environment"]["gpu"]["uuid"].startswith("GPU-aaaaaaaa")
     assert verdict["environment"]["daemon"]["started_by_gate"] is True
+    assert set(verdict["environment"]["versions"]) >= {"torch", "warp", "mujoco", "mujoco_warp", "nvidia_driver"}
+    assert set(verdict["environment"]["source"]) == {"git_commit", "git_dirty"}
     assert verdict["command"].startswith("unilab bench gate --cases fastsac_g1_walk_flat,flashsac_g1_motion_tracking")
     walk = result(verdict, WALK)
     assert [c["gate"] for c in walk["criteria"]] == ["throughput", "completed", "mps_observed",

@@ -8,7 +8,6 @@ the job in progress, waits for it to write its summary, stops a daemon it starte
 
 from __future__ import annotations
 
-import importlib.metadata
 import io
 import json
 import platform
@@ -46,7 +45,6 @@ INTERRUPT_GRACE_S = 120.0  # a job told to stop may take this long to end its ru
 DAEMON_TIMEOUT_S = 60.0  # a daemon whose last clients are still exiting answers `quit` late
 _DEVICE = re.compile(r"^cuda(:\d+)?$")
 _HYDRA_SPECIAL = re.compile(r"[\s,=()\[\]{}'\"\\]")
-PACKAGES = ("torch", "warp-lang", "mujoco-warp", "mujoco")  # versions read from metadata, nothing imported
 ME = "unilab bench gate"
 
 
@@ -214,27 +212,13 @@ def check_commands(plan: Plan, env: dict[str, str]) -> None:
 
 
 def _environment(daemon: Daemon, host) -> dict[str, Any]:
-    versions = {}
-    for name in PACKAGES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    driver = getattr(host.nvml, "driver_version", None)
-    try:
-        driver = driver() if driver else None
-    except Exception:  # noqa: BLE001 - a record, not a check
-        driver = None
-    root = Path(__file__).resolve().parents[2]
-    try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10).stdout.strip() or None
-    except (OSError, subprocess.TimeoutExpired):
-        commit = None
+    """The host, the source and the versions (as a run's manifest records them), the GPU and the daemon."""
     from unilab import __version__
+    from unilab.rundir.provenance import source_evidence, version_evidence
 
     return {"host": platform.node(), "platform": platform.platform(), "python": platform.python_version(),
-            "unilab": __version__, "commit": commit, "packages": versions, "driver": driver,
+            "unilab": __version__, "source": source_evidence().model_dump(),
+            "versions": version_evidence(host.nvml).model_dump(),
             "gpu": {"uuid": daemon.gpu_uuid, "name": daemon.gpu_name},
             "daemon": {"pipe_dir": daemon.pipe_dir, "started_by_gate": daemon.started}}
 
