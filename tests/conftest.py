@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -8,6 +9,9 @@ import pytest
 from fakes import FakeMpsDaemon, FakeNvml, install_fake_control_binary
 from unilab.mps import HostFacts
 
+# The kernels the tests compile (Warp's, and the learners' compiled losses) go to one cache under the temporary
+# directory, not the user's ~/.cache/unilab: shared by the xdist workers, their children and later sessions.
+os.environ.setdefault("UNILAB_CACHE_DIR", str(Path(tempfile.gettempdir()) / f"unilab-test-cache-{os.getuid()}"))
 
 SMOKE_WALK = ["+preset=cpu_smoke", "task.num_envs=8", "training.logger=[]", "algo.max_iterations=6",
               "algo.save_interval=3", "training.no_play=true"]  # play is tested in test_runtime.py
