@@ -25,7 +25,8 @@ import threading
 import time
 from pathlib import Path
 
-PHASES = ("worlds built in", "first chunk of", "first update launched after", "run completed", "run failed")
+# The console's lines kept with their times: every start-up phase, and of the progress lines only the first.
+PROGRESS = "[it "
 
 
 def timed_run(overrides: list[str], cache: Path, log_dir: Path, name: str, iterations: int,
@@ -40,9 +41,12 @@ def timed_run(overrides: list[str], cache: Path, log_dir: Path, name: str, itera
     phases: list[tuple[float, str]] = []
 
     def read() -> None:
+        progress_seen = False
         for line in proc.stderr:
-            if any(p in line for p in PHASES):
-                phases.append((round(time.monotonic() - started, 2), line.strip()))
+            if not line.startswith("unilab:") or (PROGRESS in line and progress_seen):
+                continue
+            progress_seen = progress_seen or PROGRESS in line
+            phases.append((round(time.monotonic() - started, 2), line.strip()))
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()

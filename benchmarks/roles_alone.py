@@ -35,6 +35,23 @@ def _timed(fn, iters: int, warmup: int = 5) -> float:
     return (time.perf_counter() - t0) / iters * 1e3
 
 
+def fill_until_ready(learner, n: int) -> None:
+    """Add chunks of `n` random transitions until the learner may update."""
+    import torch
+
+    device = learner.device
+    while not learner.ready():
+        learner.add({
+            "obs": torch.randn(n, learner.obs_dim, device=device),
+            "critic_obs": torch.randn(n, learner.critic_obs_dim, device=device),
+            "action": torch.rand(n, learner.action_dim, device=device) * 2 - 1,
+            "reward": torch.randn(n, device=device),
+            "next_obs": torch.randn(n, learner.obs_dim, device=device),
+            "next_critic_obs": torch.randn(n, learner.critic_obs_dim, device=device),
+            "terminated": torch.zeros(n, device=device),
+        })
+
+
 def _profile_cycle(algo, dims, device, trained, path: str) -> None:
     """Kernel table of a few update cycles: the same sizes and config, compiled as the graph's cycle
     is, but launched without the graph so that every kernel is visible. `path` gets the table,
@@ -166,16 +183,7 @@ def main() -> None:
     n = task.num_envs
     learner = make_learner(algo, *dims, device, seed=0, num_envs=n)
 
-    while not learner.ready():
-        learner.add({
-            "obs": torch.randn(n, obs_dim, device=device),
-            "critic_obs": torch.randn(n, critic_obs_dim, device=device),
-            "action": torch.rand(n, action_dim, device=device) * 2 - 1,
-            "reward": torch.randn(n, device=device),
-            "next_obs": torch.randn(n, obs_dim, device=device),
-            "next_critic_obs": torch.randn(n, critic_obs_dim, device=device),
-            "terminated": torch.zeros(n, device=device),
-        })
+    fill_until_ready(learner, n)
     learner.update()  # captures the graph (if enabled)
     learner.publish_policy()
     if args.side_by_side and args.role == "learner":

@@ -98,9 +98,12 @@ def test_the_console_names_each_phase_in_order(finished_run):
     def at(needle: str) -> int:
         return next(i for i, line in enumerate(lines) if needle in line)
 
-    order = [at("collector: building the worlds (16 envs of g1_walk_flat)"), at("collector: worlds built in"),
-             at("learner: built in"), at("training: 20 iterations of 16 envs"), at("filling the replay"),
-             at("first update: compiling the losses"), at("unilab: [it 20/20]"), at("unilab: run completed"),
+    # The learner builds while the collector compiles (the buffers are shared once the env is sized).
+    learner = [at("collector: building the worlds (16 envs of g1_walk_flat)"), at("collector: sized (observations"),
+               at("learner: built in"), at("training: 20 iterations of 16 envs")]
+    assert learner == sorted(learner), done.stderr
+    order = [at("collector: sized (observations"), at("collector: worlds built in"), at("filling the replay"),
+             at("first update: capturing the update cycle"), at("unilab: [it 20/20]"), at("unilab: run completed"),
              at("playing the trained policy"), at("unilab: play:")]
     assert order == sorted(order), done.stderr
     last = lines[at("unilab: [it 20/20]")]

@@ -84,7 +84,7 @@ def test_warmup_compiles_into_the_cache_and_keeps_no_run(tmp_path):
     done = subprocess.run([sys.executable, "-m", "unilab.cli.tools", "warmup", "+preset=cpu_smoke", "task.num_envs=8"],
                           capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "first update: compiling" in done.stderr and "unilab warmup: compiled in" in done.stderr
+    assert "first update: capturing" in done.stderr and "unilab warmup: compiled in" in done.stderr
     warp_cache = tmp_path / "cache" / "kernels" / "warp"
     assert any(warp_cache.rglob("*.o")) or any(warp_cache.rglob("*.cubin")) or any(warp_cache.rglob("*.meta"))
     assert set(Path(tempfile.gettempdir()).glob("unilab-warmup-*")) == before

@@ -274,6 +274,37 @@ class OffPolicyLearner(ABC):
 
         return torch.stack([value(name) for name in self.metric_names])
 
+    def precompile(self) -> bool:
+        """Compile the cycle's functions now, and leave the learner exactly as it was.
+
+        The learner process calls it while the collector compiles the simulation's kernels, so that the
+        first update only captures the graph. It rehearses one cycle on random rows (`_rehearse_cycle`).
+        False, doing nothing, where nothing is compiled or the replay holds rows already."""
+        if not self.compiled or self.replay.size:
+            return False
+        self._rehearse_cycle()
+        return True
+
+    def _rehearse_cycle(self) -> None:
+        """One cycle on random replay rows; then the weights, optimisers, statistics, update count and
+        random state as they were before, and the replay empty again. What remains is what compiling and
+        running the cycle leaves in caches (compiled code, cuBLAS workspaces)."""
+        saved = copy.deepcopy(self.state_dict())
+        cpu_rng = torch.get_rng_state()
+        device_rng = torch.cuda.get_rng_state(self.device) if self.on_cuda else None
+        rows = min(self.replay.capacity, self.cfg.batch_size)
+        fake = {key: torch.randn((rows, *shape), device=self.device).to(dtype).clamp(-1.0, 1.0)
+                for key, (shape, dtype) in self.replay.spec.items()}
+        self.replay.extend(fake)
+        self._cycle()
+        if self.on_cuda:
+            torch.cuda.synchronize(self.device)
+        self.replay.clear()
+        self.load_state_dict(saved)
+        torch.set_rng_state(cpu_rng)
+        if device_rng is not None:
+            torch.cuda.set_rng_state(device_rng, self.device)
+
     def _capture(self) -> None:
         with torch.cuda.device(self.device):
             stream = torch.cuda.current_stream()

@@ -57,6 +57,14 @@ class ReplayBuffer:
         self.size_tensor.fill_(self.size)
         self.ptr_tensor.fill_(self.ptr)
 
+    def clear(self) -> None:
+        """Empty, as new: every row zero, nothing stored."""
+        for buf in self.storage.values():
+            buf.zero_()
+        self.ptr = self.size = 0
+        self.size_tensor.zero_()
+        self.ptr_tensor.zero_()
+
     def sample_indices(self, batch_size: int) -> Tensor:
         draws = torch.randint(0, _INDEX_RANGE, (batch_size,), device=self.device)
         return torch.remainder(draws, self.size_tensor)

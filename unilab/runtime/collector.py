@@ -65,8 +65,6 @@ class Collector:
 
         from unilab.tasks import make_env
 
-        from .shared import Dims
-
         self.torch = torch
         self.spec = spec
         self.mailbox = mailbox
@@ -82,10 +80,11 @@ class Collector:
         self.phase(f"collector: building the worlds ({spec.config['task'].get('num_envs')} envs of "
                    f"{spec.config['task'].get('name')}) and compiling the Warp kernels they need (cached for the "
                    "next runs)")
-        self.env = env = make_env(spec.task, spec.sim, str(device), spec.seed)
-        self.phase(f"collector: worlds built in {time.monotonic() - t0:.1f} s")
         self.k_ticks = int(spec.training["env_steps_per_sync"])
-        self.dims = Dims(env.num_envs, env.obs_dim, env.critic_obs_dim, env.action_dim, self.k_ticks)
+        # The buffers are shared as soon as the env knows its sizes (`_share`), before its kernels compile:
+        # the learner then builds and compiles its networks while this process compiles the physics.
+        self.env = env = make_env(spec.task, spec.sim, str(device), spec.seed, on_sized=self._share)
+        self.phase(f"collector: worlds built in {time.monotonic() - t0:.1f} s")
         self.clips = None  # training.video_interval: world 0 recorded on the device (unilab.viz.clip)
         if spec.training.get("video_interval") and spec.rank == 0:
             from unilab.viz.clip import ClipRecorder
@@ -96,11 +95,13 @@ class Collector:
         """A step the console names (printed by the launcher)."""
         self.to_launcher.put(Phase(self.spec.name("collector"), text))
 
-    def connect(self) -> None:
-        """Share the observation/action buffers and the replay slots; take the learner's event handles."""
-        from .shared import CrossProcessEvent, make_slot, share
+    def _share(self, env) -> None:
+        """Share the observation/action buffers and the replay slots with the learner (`make_env`'s
+        `on_sized`: the env is sized, its kernels not compiled yet)."""
+        from .shared import CrossProcessEvent, Dims, make_slot, share
 
-        torch, device, dims = self.torch, self.device, self.dims
+        torch, device = self.torch, self.device
+        self.dims = dims = Dims(env.num_envs, env.obs_dim, env.critic_obs_dim, env.action_dim, self.k_ticks)
         self.obs_buf = share(torch.zeros(dims.num_envs, dims.obs_dim, device=device))
         self.act_buf = share(torch.zeros(dims.num_envs, dims.action_dim, device=device))
         self.slots = [{k: share(v) for k, v in make_slot(dims, device).items()} for _ in range(self.spec.replay_slots)]
@@ -110,9 +111,17 @@ class Collector:
         if self.spec.training.get("export_onnx") and self.spec.rank == 0:
             from unilab.eval.export import env_description
 
-            policy_env = env_description(self.env)
+            policy_env = env_description(env)
         self.to_learner.put(Buffers(dims, self.obs_buf, self.act_buf, self.slots, self.obs_ready.handle(),
                                     [e.handle() for e in self.slot_ready], policy_env))
+        self.phase(f"collector: sized (observations {dims.obs_dim}, critic observations {dims.critic_obs_dim}, "
+                   f"actions {dims.action_dim}); buffers shared with the learner; compiling the kernels")
+
+    def connect(self) -> None:
+        """Take the learner's event handles (it answers the buffers `_share` sent)."""
+        from .shared import CrossProcessEvent
+
+        device = self.device
         events = self.mailbox.get(LearnerEvents, phase="startup", timeout_s=self.spec.startup_timeout_s)
         self.act_ready = CrossProcessEvent(device, events.act_ready)
         self.slot_free = [CrossProcessEvent(device, h) for h in events.slot_free]
@@ -179,7 +188,9 @@ class Collector:
         wait_ms = 0.0
         for k in range(self.k_ticks):
             t0 = time.perf_counter()
-            self.mailbox.get(Act, phase="waiting for the learner's action", timeout_s=self.timeout)
+            # The first action comes once the learner has compiled its networks: a start-up wait.
+            self.mailbox.get(Act, phase="waiting for the learner's action",
+                             timeout_s=self.timeout if self.tick else self.spec.startup_timeout_s)
             wait_ms += 1e3 * (time.perf_counter() - t0)
             self.act_ready.wait()
             self._tick(slot, slice(k * n, (k + 1) * n), stamps[k])

@@ -144,6 +144,13 @@ class LearnerLoop:
         self._build_learner()
         self._init_bookkeeping()
         self.phase(f"learner: built in {time.monotonic() - t0:.1f} s")
+        if self.learner.compiled:
+            # Before the go: this overlaps the collector's kernel compile instead of following it.
+            t0 = time.monotonic()
+            self.phase("learner: compiling the update on random rows, beside the collector's compile "
+                       "(cached for the next runs)")
+            if self.learner.precompile():
+                self.phase(f"learner: update compiled in {time.monotonic() - t0:.1f} s")
 
     def phase(self, text: str) -> None:
         """A step the console names (printed by the launcher)."""
@@ -259,7 +266,9 @@ class LearnerLoop:
             wait_ms = 0.0
             for k in range(k_ticks):
                 t0 = time.perf_counter()
-                self.mailbox.get(Obs, phase="waiting for the collector's observation", timeout_s=timeout)
+                # The first observation comes once the collector's kernels have compiled: a start-up wait.
+                self.mailbox.get(Obs, phase="waiting for the collector's observation",
+                                 timeout_s=timeout if tick else self.spec.startup_timeout_s)
                 wait_ms += 1e3 * (time.perf_counter() - t0)
                 with self._stream(self.inf_stream):
                     self.obs_ready.wait(self.inf_stream)
@@ -354,7 +363,8 @@ class LearnerLoop:
             return None
         first = not self.trained_once and self._first_update_s is None
         if first:
-            self.phase("first update: compiling the losses and capturing the graphs (when the algorithm does)")
+            self.phase("first update: capturing the update cycle (compiled before the go where the algorithm "
+                       "compiles)")
             t0 = time.monotonic()
         out = self.learner.update()
         if first:

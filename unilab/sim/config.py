@@ -28,9 +28,14 @@ class MjWarpSimConfig:
     # reports it (the sim_overflow metric).
     overflow: str = "error"
     verbose: bool = False  # Warp module-load lines and MJWarp overflow prints
+    # Threads that compile Warp's modules at the first captured step (a cold kernel cache compiles
+    # every module MJWarp imports). null: one per CPU core, at most 8; 0: one after the other.
+    compile_workers: Optional[int] = None
 
     def __post_init__(self) -> None:
         positive_finite("sim.timestep", self.timestep)
         at_least_one("sim", self, ("decimation",))
         at_least_one("sim", self, tuple(n for n in ("iterations", "ls_iterations") if getattr(self, n) is not None))
         one_of("sim.overflow", self.overflow, ("error", "count"))
+        if self.compile_workers is not None and self.compile_workers < 0:
+            raise ValueError(f"sim.compile_workers must be >= 0 or null, got {self.compile_workers}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import os
 import time
 from contextlib import contextmanager
 
@@ -18,7 +19,12 @@ from unilab.sim.capacity import derive_capacity
 from unilab.sim.config import MjWarpSimConfig
 
 
-def _setup_warp(verbose: bool) -> None:
+def compile_workers(setting: int | None) -> int:
+    """Threads for Warp's module compiles: the setting, or (null) one per core, at most 8."""
+    return min(os.cpu_count() or 1, 8) if setting is None else int(setting)
+
+
+def _setup_warp(verbose: bool, workers: int | None = None) -> None:
     # Warp >= 1.10 gates the greeting and "Module ... load" lines on log_level.
     wp.config.log_level = wp.LOG_INFO if verbose else wp.LOG_WARNING
     for flag, value in (("quiet", not verbose), ("verbose", verbose)):
@@ -28,6 +34,8 @@ def _setup_warp(verbose: bool) -> None:
         cache = kernel_cache_env().get("WARP_CACHE_PATH")
         if cache:
             wp.config.kernel_cache_dir = cache
+    # The first capture loads every imported module (force_module_load): in parallel, not one by one.
+    wp.config.load_module_max_workers = compile_workers(workers)
     wp.init()
 
 
@@ -73,12 +81,14 @@ class MjWarpBackend:
     one substep behind ``qpos``; ``forward()`` refreshes poses and body velocities (``cvel``) of all
     worlds (``sensordata`` is only written by ``step()``).
 
-    The ``mj_model`` is copied; the copy (``self.mj_model``) carries ``cfg.timestep`` and the solver caps
+    ``compile_now=False`` leaves the kernels uncompiled and the derived quantities unset until the first
+    ``forward()``. The ``mj_model`` is copied; the copy (``self.mj_model``) carries ``cfg.timestep`` and the solver caps
     ``cfg.iterations`` / ``cfg.ls_iterations`` where set.
     """
 
-    def __init__(self, mj_model: mujoco.MjModel, num_envs: int, device: str, cfg: MjWarpSimConfig):
-        _setup_warp(cfg.verbose)
+    def __init__(self, mj_model: mujoco.MjModel, num_envs: int, device: str, cfg: MjWarpSimConfig, *,
+                 compile_now: bool = True):
+        _setup_warp(cfg.verbose, cfg.compile_workers)
         self.cfg = cfg
         self.num_envs = int(num_envs)
         self.device = torch.device(device)
@@ -121,7 +131,8 @@ class MjWarpBackend:
             self._ev_end = wp.Event(self.wp_device, enable_timing=True)
             self._timed = False
 
-        self.forward()  # compiles the kernels; derived quantities of the initial state
+        if compile_now:  # else the owner's first forward() compiles them (and derives the initial state)
+            self.forward()
 
     # ----------------------------------------------------------------- views
     def _bind_views(self) -> None:

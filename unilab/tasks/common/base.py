@@ -12,6 +12,7 @@ then calls `self._finish_init()` at the end of its constructor.
 
 from __future__ import annotations
 
+import contextvars
 import math
 import time
 from contextlib import contextmanager
@@ -131,6 +132,20 @@ class TaskGraph:
         self.generation = env.backend.model_generation
 
 
+# The `on_sized` hook of the env being built (make_env sets it around the constructor, so that task
+# constructors need not pass it through).
+_ON_SIZED: contextvars.ContextVar = contextvars.ContextVar("unilab_on_sized", default=None)
+
+
+@contextmanager
+def sized_hook(fn):
+    token = _ON_SIZED.set(fn)
+    try:
+        yield
+    finally:
+        _ON_SIZED.reset(token)
+
+
 class TaskEnv:
     """Batched env over `num_envs` MJWarp worlds of one robot with PD position actuators."""
 
@@ -144,7 +159,9 @@ class TaskEnv:
         self.device = torch.device(device)
         self.num_envs = int(cfg.num_envs)
         self.mj_model = mj_model
-        self.backend = MjWarpBackend(mj_model, self.num_envs, str(self.device), sim_cfg)
+        # The kernels compile at the first forward(), in _finish_init, after the sizes are known.
+        self.backend = MjWarpBackend(mj_model, self.num_envs, str(self.device), sim_cfg, compile_now=False)
+        self._on_sized = _ON_SIZED.get()
         self.dt = float(sim_cfg.timestep) * int(sim_cfg.decimation)
         # The epsilon keeps 20 s / 0.02 s at 1000 steps despite float rounding.
         self.max_episode_length = int(math.ceil(float(cfg.episode_length_s) / self.dt - 1e-6))
@@ -186,10 +203,24 @@ class TaskEnv:
         self.default_joint_pos = torch.zeros(m.nu, device=self.device)
 
     def _finish_init(self) -> None:
-        """Reset all envs and size the observation spaces. Call at the end of the subclass init."""
+        """Size the observation spaces, compile the kernels, reset all envs. Call at the end of the subclass
+        init.
+
+        The sizes come first, from the shapes of the observation terms (torch ops on the backend's views: no
+        Warp kernel runs, and the generator's state is restored, so nothing is drawn); the `make_env`
+        caller's `on_sized` hook then runs while the kernels have yet to compile."""
+        state = self.generator.get_state()
+        obs, critic_obs = self._compute_observations()
+        self.generator.set_state(state)
+        self.obs_dim, self.critic_obs_dim = int(obs.shape[-1]), int(critic_obs.shape[-1])
+        if self._on_sized is not None:
+            self._on_sized(self)
+        self.backend.forward()  # compiles the kernels; derived quantities of the initial state
         self.reset()
-        self.obs_dim = int(self._compute_obs().shape[-1])
-        self.critic_obs_dim = int(self._compute_critic_obs().shape[-1])
+        sizes = (int(self._compute_obs().shape[-1]), int(self._compute_critic_obs().shape[-1]))
+        if sizes != (self.obs_dim, self.critic_obs_dim):
+            raise RuntimeError(f"{type(self).__name__}: observation sizes {sizes} after the reset differ from "
+                               f"{(self.obs_dim, self.critic_obs_dim)} before it")
 
     # ------------------------------------------------------ state accessors
     @property
