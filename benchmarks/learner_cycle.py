@@ -15,7 +15,8 @@ left is the gaps between kernels).
 A variant is `NAME[:KEY=VALUE,...]` with KEY one of `algo.FIELD` (the algo config), `inductor.ATTR`
 (torch._inductor.config, set before anything compiles) or `env.VAR` (an environment variable of the
 variant's process). Variants compile at the same time (each its own process) and are timed one at a time
-(a lock file), so one variant's timing never shares the GPU with another's.
+(a lock file shared by every invocation, `--lock`), so no timing shares the GPU with another's, not even
+with that of a second invocation running at the same time.
 """
 
 from __future__ import annotations
@@ -159,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
                     "default: one variant, base)")
     ap.add_argument("--json", default=None, help="write every variant's result here")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: measure this variant
-    ap.add_argument("--lock", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--lock", default=os.path.join(tempfile.gettempdir(), "unilab-learner-cycle.lock"),
+                    help="the lock file that serialises timings (default: one per machine, in the temp dir)")
     args = ap.parse_args(argv)
     try:
         variants = dict(parse_variant(v) for v in (args.variant or ["base"]))
@@ -170,20 +172,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     results: dict[str, dict] = {}
-    with tempfile.TemporaryDirectory(prefix="learner_cycle_") as tmp:
-        lock = os.path.join(tmp, "gpu.lock")
-        procs = {}
-        for name, settings in variants.items():
-            env = dict(os.environ)
-            env.update({k.split(".", 1)[1]: str(v) for k, v in settings.items() if k.startswith("env.")})
-            cmd = [sys.executable, os.path.abspath(__file__), "--algo", args.algo, "--dims", args.dims,
-                   "--envs", str(args.envs), "--iters", str(args.iters), "--one", name, "--lock", lock,
-                   *(x for v in args.variant for x in ("--variant", v))]
-            procs[name] = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for name, proc in procs.items():
-            out, _ = proc.communicate()
-            line = next((x for x in out.splitlines() if x.startswith("RESULT ")), None)
-            results[name] = json.loads(line[7:]) if line else {"error": out}
+    lock = args.lock
+    procs = {}
+    for name, settings in variants.items():
+        env = dict(os.environ)
+        env.update({k.split(".", 1)[1]: str(v) for k, v in settings.items() if k.startswith("env.")})
+        cmd = [sys.executable, os.path.abspath(__file__), "--algo", args.algo, "--dims", args.dims,
+               "--envs", str(args.envs), "--iters", str(args.iters), "--one", name, "--lock", lock,
+               *(x for v in args.variant for x in ("--variant", v))]
+        procs[name] = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for name, proc in procs.items():
+        out, _ = proc.communicate()
+        line = next((x for x in out.splitlines() if x.startswith("RESULT ")), None)
+        results[name] = json.loads(line[7:]) if line else {"error": out}
     _print_table(results)
     if args.json:
         with open(args.json, "w") as f:
