@@ -175,3 +175,36 @@ def test_solver_caps_reach_the_solver(mj_model):
     capped.reset_worlds(torch.ones(N, dtype=torch.bool), qpos, torch.zeros(N, mj_model.nv))
     capped.step()
     assert int(wp.to_torch(capped.data.solver_niter).max()) == 1
+
+
+
+FIRST_STEP_LOADS = """
+import sys, torch, warp as wp
+from unilab.assets import g1
+from unilab.sim import MjWarpSimConfig
+from unilab.sim.mjwarp_backend import MjWarpBackend
+def loaded():
+    return {name: len(m.execs) for name, m in wp._src.context.user_modules.items()}
+b = MjWarpBackend(g1.build_g1_model(), 4, "cpu", MjWarpSimConfig(), compile_now=False)
+if sys.argv[1] == "compile":
+    assert b.compile_kernels() > 10
+qpos = b.qpos.clone()
+before = loaded()
+b.forward(); b.step()
+assert torch.isfinite(b.qpos).all() and not torch.equal(b.qpos, qpos)
+print("NEW", sum(v - before.get(k, 0) for k, v in loaded().items()))
+"""
+
+
+@pytest.mark.parametrize("compile_first", [True, False])
+def test_compile_kernels_loads_every_module_the_first_step_launches(compile_first):
+    """After compile_kernels, the first forward and step load no module: MJWarp's per-model kernels were
+    found by the dry pass and loaded with the rest. Without it (the control) they load there, one by one."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", FIRST_STEP_LOADS, "compile" if compile_first else "plain"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    new = int(done.stdout.split("NEW")[-1])
+    assert (new == 0) if compile_first else (new > 10), done.stdout

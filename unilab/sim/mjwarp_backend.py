@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import math
 import os
 import time
 from contextlib import contextmanager
@@ -64,6 +65,36 @@ def _collect_overflow(
         count[w] = count[w] + 1
         flags[w] = flags[w] | bits
     overflow[w] = 0
+
+
+@contextmanager
+def _launches_noted(found: dict):
+    """Inside: Warp launches run no kernel but note (block_dim -> modules) in `found`; graph conditionals
+    run their bodies once. For a dry pass of a step (compile_kernels)."""
+    saved = {name: getattr(wp, name) for name in ("launch", "launch_tiled", "capture_while", "capture_if")}
+
+    def launch(kernel, dim, *args, block_dim=None, **kwargs):
+        if math.prod(dim) if isinstance(dim, (tuple, list)) else dim:  # Warp loads nothing for an empty launch
+            found.setdefault(block_dim, set()).add(kernel.module)
+
+    launch_tiled = launch
+
+    def capture_while(condition, while_body, stream=None, **kwargs):
+        while_body(**kwargs)
+
+    def capture_if(condition, on_true=None, on_false=None, stream=None, **kwargs):
+        for body in (on_true, on_false):
+            if callable(body):
+                body(**kwargs)
+
+    for name, fn in (("launch", launch), ("launch_tiled", launch_tiled), ("capture_while", capture_while),
+                     ("capture_if", capture_if)):
+        setattr(wp, name, fn)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(wp, name, fn)
 
 
 class SimOverflowError(RuntimeError):
@@ -162,6 +193,30 @@ class MjWarpBackend:
             mujoco.mj_resetDataKeyframe(mjm, mjd, 0)
         self.qpos.copy_(torch.as_tensor(mjd.qpos, dtype=torch.float32, device=self.device))
         self.ctrl.copy_(torch.as_tensor(mjd.ctrl, dtype=torch.float32, device=self.device))
+
+    # ------------------------------------------------------------ compiling
+    def compile_kernels(self) -> int:
+        """Compile every Warp module the physics step and the kinematics will launch, in parallel
+        (`sim.compile_workers`), before their first capture; the number of module variants loaded.
+
+        MJWarp builds many of its kernels on first use (per-model kernel factories), so a first step
+        would compile them one at a time as it meets them. A dry pass of the step first walks its
+        launches without running a kernel: `wp.launch` / `launch_tiled` only note the kernel's module and
+        block size, `capture_while` / `capture_if` run their bodies once, on a scratch copy of the data
+        (the real worlds are untouched). Then all noted modules, and every module imported so far, load
+        together."""
+        found: dict[int | None, set] = {}
+        scratch = mjwarp.make_data(self.mj_model, nworld=self.num_envs, nconmax=self.nconmax, njmax=self.njmax)
+        with wp.ScopedDevice(self.wp_device), _launches_noted(found):
+            mjwarp.step(self.model, scratch)
+            mjwarp.fwd_kinematics(self.model, scratch)
+            mjwarp.com_vel(self.model, scratch)
+        del scratch
+        workers = compile_workers(self.cfg.compile_workers)
+        wp.force_load(self.wp_device, max_workers=workers)  # modules defined at import, default block size
+        for block_dim, modules in found.items():
+            wp.force_load(self.wp_device, modules=list(modules), block_dim=block_dim, max_workers=workers)
+        return sum(len(m) for m in found.values())
 
     # ------------------------------------------------------------ execution
     def _graphs_supported(self) -> bool:

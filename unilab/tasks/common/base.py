@@ -215,7 +215,8 @@ class TaskEnv:
         self.obs_dim, self.critic_obs_dim = int(obs.shape[-1]), int(critic_obs.shape[-1])
         if self._on_sized is not None:
             self._on_sized(self)
-        self.backend.forward()  # compiles the kernels; derived quantities of the initial state
+        self.backend.compile_kernels()  # all of them, in parallel, before the first capture
+        self.backend.forward()  # derived quantities of the initial state
         self.reset()
         sizes = (int(self._compute_obs().shape[-1]), int(self._compute_critic_obs().shape[-1]))
         if sizes != (self.obs_dim, self.critic_obs_dim):
