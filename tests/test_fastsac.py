@@ -251,10 +251,12 @@ def test_bandit_learns_target_action():
     assert metrics["q_mean"].item() > -0.5  # the learned value is close to the optimum 0
 
 
-def test_compiled_losses_match_eager(inductor_fallback_random):
+@pytest.mark.parametrize("combo_kernels", [False, True], ids=["plain", "combo_kernels"])
+def test_compiled_losses_match_eager(inductor_fallback_random, combo_kernels):
     """algo.compile=true: the cycle calls compiled critic and actor losses (inductor; C++ on the CPU)
-    that compute what the eager losses compute, gradients included, and the cycle runs on them."""
-    lrn = learner(seed=3, compile=True)
+    that compute what the eager losses compute, gradients included, and the cycle runs on them; also with
+    algo.combo_kernels (inductor options instead of a mode)."""
+    lrn = learner(seed=3, compile=True, combo_kernels=combo_kernels)
     gen = torch.Generator().manual_seed(1)
     b = {
         "obs": torch.randn(N, OBS, generator=gen),

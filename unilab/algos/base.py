@@ -172,7 +172,15 @@ class OffPolicyLearner(ABC):
 
     def _maybe_compiled(self, fn):
         """`fn` compiled by inductor when `self.compiled`, else `fn` itself."""
-        return torch.compile(fn, dynamic=False, mode=self.cfg.compile_mode) if self.compiled else fn
+        if not self.compiled:
+            return fn
+        if not getattr(self.cfg, "combo_kernels", False):
+            return torch.compile(fn, dynamic=False, mode=self.cfg.compile_mode)
+        # torch.compile takes a mode or options, not both: the mode's options, then ours.
+        from torch._inductor import list_mode_options
+
+        options = {**list_mode_options(self.cfg.compile_mode or "default"), "combo_kernels": True}
+        return torch.compile(fn, dynamic=False, options=options)
 
     def _compile_step_functions(self) -> None:
         """The losses as the cycle calls them: compiled by inductor (fusing the networks' norms and

@@ -72,6 +72,10 @@ class OffPolicyAlgoConfig:
     # (GEMMs and reductions autotuned; a longer start-up). Modes with CUDA graphs are refused: the
     # learner captures the whole cycle itself.
     compile_mode: Optional[str] = None
+    # Inductor's combo kernels: independent small kernels of a compiled region (weight casts, per-layer
+    # reductions) launched as one. Fewer kernels per cycle; whether the cycle is shorter depends on the
+    # networks (docs/en/performance.md has the measurement per algorithm).
+    combo_kernels: bool = False
 
     # Deprecated keys this dataclass still accepts: old key -> what the warning tells to set instead.
     DEPRECATED: ClassVar[dict[str, str]] = {}
