@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+from unilab.processes import descendants
 from unilab.rundir.layout import LOCK_FILE, MANIFEST_FILE, METRICS_FILE, SUMMARY_FILE
 from unilab.rundir.lock import holder_pid
 from unilab.rundir.metrics import MetricsError, read_metrics
@@ -56,28 +57,6 @@ def resolve_target(target: str) -> tuple[int, Path | None]:
     if pid is None or not os.path.exists(f"/proc/{pid}"):
         raise UsageError(f"{run_dir}: no running launcher ({LOCK_FILE} names none that is alive)")
     return pid, run_dir
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[1])  # after the command name, which may hold spaces
-
-
-def descendants(root: int) -> list[int]:
-    """`root` and every process below it (from /proc), root first."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (ppid := _parent(int(entry))) is not None:
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop(0)
-        out.append(pid)
-        todo.extend(sorted(children.get(pid, [])))
-    return out
 
 
 def rss_mib(pid: int) -> float | None:

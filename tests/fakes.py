@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from unilab.mps.nvml import GpuInfo, NvmlUnavailable
+from unilab.mps.nvml import GpuInfo, GpuMemory, NvmlUnavailable
 
 GPU_A = GpuInfo(index=0, uuid="GPU-aaaaaaaa-0000-0000-0000-000000000000", name="Fake H200", mig_enabled=False,
                 compute_mode="DEFAULT")
@@ -27,11 +27,22 @@ GPU_B = GpuInfo(index=1, uuid="GPU-bbbbbbbb-0000-0000-0000-000000000000", name="
 class FakeNvml:
     devices: list[GpuInfo] = field(default_factory=lambda: [GPU_A, GPU_B])
     available: bool = True
+    free_mib: float = 140_000.0  # every GPU's free memory, as nvmlDeviceGetMemoryInfo would give it
+    total_mib: float = 143_771.0
+    process_mib: dict[int, float] = field(default_factory=dict)  # pid -> MiB, as NVML lists compute processes
 
     def gpus(self) -> list[GpuInfo]:
         if not self.available:
             raise NvmlUnavailable("NVML Shared Library Not Found (fake)")
         return list(self.devices)
+
+    def memory(self, index: int) -> GpuMemory:
+        self.gpus()
+        return GpuMemory(free_mib=self.free_mib, total_mib=self.total_mib)
+
+    def process_memory(self, index: int) -> dict[int, float]:
+        self.gpus()
+        return dict(self.process_mib)
 
 
 class FakeMpsDaemon:

@@ -58,10 +58,13 @@ def _overrides(argv: list[str]) -> list[list[str]]:
             skip = True
         else:
             out.append(arg)
+    multirun = any(a in ("-m", "--multirun") for a in argv)
     jobs = [[]]
     for arg in out:
         key, _, value = arg.partition("=")
-        values = value.split(",") if key.lstrip("+") in ("execution", "algo", "task", "sim") else [value]
+        swept = key.lstrip("+") in ("execution", "algo", "task", "sim") or (
+            multirun and "," in value and not value.startswith(("[", "{", "'", '"')))  # `-m training.seed=1,2`
+        values = value.split(",") if swept else [value]
         jobs = [job + [f"{key}={v}"] for job in jobs for v in values]
     return jobs
 

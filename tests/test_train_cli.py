@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fakes import GPU_A, FakeNvml
-from train_calls import Spy, run_dirs, run_train, spies  # noqa: F401 - spies is a fixture
+from train_calls import Spy, interrupt_real_sweep, run_dirs, run_train, spies  # noqa: F401 - spies is a fixture
 from unilab.cli.tools import main as tools_main
 
 
@@ -764,26 +764,11 @@ def test_a_real_sweep_with_a_failing_run_runs_the_other_job(tmp_path):
 def test_ctrl_c_stops_a_real_sweep(tmp_path):
     """SIGINT to the sweep's process group (Ctrl-C) during job 0's run: the run stops as interrupted, job 1 never
     starts, exit status 130."""
-    import signal
-    import time
-
     log_dir = tmp_path / "runs"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "unilab.cli.train", "-m", "+preset=cpu_smoke", "training.seed=1,2", "task.num_envs=8",
-         "algo.max_iterations=100000", "training.logger=[]", "training.no_play=true",
-         f"training.log_dir={log_dir}"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-        env=dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=str(tmp_path / "none")))
-    try:
-        deadline = time.monotonic() + 300
-        while not any((r / "metrics.jsonl").is_file() for r in run_dirs(log_dir)):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-4000:]
-            time.sleep(0.5)
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, err[-4000:]
+    code, err = interrupt_real_sweep(["+preset=cpu_smoke", "training.seed=1,2", "task.num_envs=8",
+                                      "algo.max_iterations=100000", "training.logger=[]", "training.no_play=true"],
+                                     log_dir, tmp_path)
+    assert code == 130, err[-4000:]
     (run,) = run_dirs(log_dir)
     assert json.loads((run / "run_summary.json").read_text())["status"] == "interrupted"
     assert "unilab: sweep interrupted: 1 interrupted" in err and f"#0 training.seed=1 -> interrupted, {run}" in err

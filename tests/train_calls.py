@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -41,3 +46,21 @@ def run_train(*args) -> int:
 
 def run_dirs(log_dir: Path) -> list[Path]:
     return sorted(p for p in log_dir.iterdir() if p.is_dir() and p.name != "multirun") if log_dir.exists() else []
+
+
+def interrupt_real_sweep(args: list[str], log_dir: Path, scratch: Path, training: int = 1) -> tuple[int, str]:
+    """`train -m ARGS` in a process group of its own, SIGINT to that group (Ctrl-C) once `training` of its runs have
+    written metrics rows: (its exit status, its stderr)."""
+    proc = subprocess.Popen([sys.executable, "-m", "unilab.cli.train", "-m", *args, f"training.log_dir={log_dir}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env=dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=str(scratch / "none")))
+    try:
+        deadline = time.monotonic() + 300
+        while sum((r / "metrics.jsonl").is_file() for r in run_dirs(log_dir)) < training:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-4000:]
+            time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    return proc.returncode, err

@@ -1,8 +1,12 @@
-"""Ending a child process that did not end by itself: SIGTERM, then SIGKILL after a grace period."""
+"""Child processes: ending one that did not end by itself (SIGTERM, then SIGKILL after a grace period), ending
+with the parent, and finding every process below one (from /proc)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
+from pathlib import Path
 
 
 def end_child(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
@@ -12,3 +16,40 @@ def end_child(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=grace_s)
+
+
+def exit_with_parent(parent_pid: int) -> None:
+    """This process gets SIGTERM when its parent dies (Linux's PDEATHSIG); exits at once if the parent, `parent_pid`,
+    died before that was armed."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:  # not Linux: the caller's own waits notice a vanished parent
+        pass
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])  # after the command name, which may hold spaces
+
+
+def descendants(root: int) -> list[int]:
+    """`root` and every process below it (from /proc), root first."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (ppid := _parent(int(entry))) is not None:
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop(0)
+        out.append(pid)
+        todo.extend(sorted(children.get(pid, [])))
+    return out

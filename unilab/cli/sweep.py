@@ -41,6 +41,7 @@ class Sweep:
 
     swept_keys: set[str] = field(default_factory=set)
     dry_run: bool = False
+    job_index: int | None = None  # a packed job's number in its sweep (its process runs it as a single run)
     jobs: list[Job] = field(default_factory=list)
     interrupted: bool = False
 
@@ -50,15 +51,29 @@ class Sweep:
         return max((job.code or 0 for job in self.jobs), default=EXIT_OK)
 
     def summary(self) -> str:
+        jobs = sorted(self.jobs, key=lambda job: job.index)  # a packed sweep records them as they end
         counts: dict[str, int] = {}
-        for job in self.jobs:
+        for job in jobs:
             status = STATUS.get(job.code, "failed") if job.code is not None else "not finished"
             counts[status] = counts.get(status, 0) + 1
         head = f"unilab: sweep {'interrupted' if self.interrupted else 'done'}: " + ", ".join(
             f"{n} {status}" for status, n in counts.items())
         if self.interrupted:
             head += " (the jobs after the last one listed did not run)"
-        return "\n".join([head, *(job.line() for job in self.jobs)])
+        return "\n".join([head, *(job.line() for job in jobs)])
+
+
+_current: Sweep | None = None
+
+
+def set_current(sweep: Sweep | None) -> None:
+    global _current
+    _current = sweep
+
+
+def current() -> Sweep | None:
+    """The sweep `train -m` is running: a launcher that runs its jobs in other processes records them here."""
+    return _current
 
 
 def sweep_keys(overrides: list[str]) -> set[str]:

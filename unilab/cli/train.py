@@ -8,7 +8,9 @@ cannot honour, a bad key or value) are printed without a traceback and exit with
 `train -m` (a sweep): every job is composed and validated before the first is launched, and one refused
 job refuses the sweep (exit 2, nothing created). Then every job runs, a failed one is recorded and the
 sweep goes on, an interrupted one stops it; the exit status is the worst job's (see unilab.cli.sweep).
-`train -m ... --dry-run` lists the jobs, validated, and creates nothing.
+`train -m ... --dry-run` lists the jobs, validated, and creates nothing. `train -m ... hydra/launcher=unilab_packed`
+runs up to `hydra.launcher.max_parallel` jobs at once, each a `train` of its own (see unilab.cli.packed_launcher);
+its options and the refusal of a packed bench preset are checked first (unilab.cli.packing).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from omegaconf import DictConfig
 
 from unilab.config import register_configs, register_resolvers
 
+from . import packing
 from . import sweep as sweeps
 from .short_form import UsageError, expand_short_form
 
@@ -127,7 +130,8 @@ def _sweep_job(cfg: DictConfig, sweep: sweeps.Sweep) -> int | None:
     hydra_cfg = HydraConfig.get()
     overrides = list(hydra_cfg.overrides.task)
     values = sweeps.swept_values(overrides, sweep.swept_keys, hydra_cfg.sweeper.get("params"))
-    job = sweeps.Job(index=int(hydra_cfg.job.num), overrides=overrides if sweep.dry_run or not values
+    index = sweep.job_index if sweep.job_index is not None else int(hydra_cfg.job.num)
+    job = sweeps.Job(index=index, overrides=overrides if sweep.dry_run or not values
                      else [f"{key}={value}" for key, value in values])
     sweep.jobs.append(job)
     suffix = sweeps.run_name_suffix(values) if not cfg.training.run_name else ""
@@ -152,7 +156,7 @@ def _sweep_job(cfg: DictConfig, sweep: sweeps.Sweep) -> int | None:
         job.code = sweeps.EXIT_USAGE if message else sweeps.EXIT_FAILED
     if job.code == sweeps.EXIT_INTERRUPTED:
         raise KeyboardInterrupt  # SIGINT/SIGTERM stopped this run: the sweep stops too
-    if job.code:
+    if job.code and sweep.job_index is None:  # a packed job's end is told by its launcher
         print(f"unilab: job #{job.index} {sweeps.STATUS.get(job.code, 'failed')} (exit {job.code}); "
               "the sweep goes on", file=sys.stderr)
     return job.code
@@ -246,6 +250,7 @@ def _run_app(app, overrides: list[str], job_pass: _Pass) -> None:
     user can fix is printed and exits 2."""
     global _PASS
     _PASS = job_pass
+    sweeps.set_current(None if job_pass.check_only else job_pass.sweep)
     try:
         with _hydra_raises(overrides):
             app()
@@ -263,6 +268,7 @@ def _run_app(app, overrides: list[str], job_pass: _Pass) -> None:
         raise SystemExit(EXIT_USAGE) from None
     finally:
         _PASS = _Pass()
+        sweeps.set_current(None)
 
 
 @contextmanager
@@ -279,14 +285,21 @@ def _scratch_sweep_dir(overrides: list[str]):
 def _checked_sweep(app, overrides: list[str], dry_run: bool) -> None:
     """`train -m`: every job composed and validated before any is launched; one refused job refuses the sweep
     (exit 2, nothing created). `--dry-run` stops after the list."""
+    try:
+        packed = packing.packed_options(overrides)
+    except ValueError as exc:  # a bad launcher option, or a bench preset packed
+        print(f"unilab: invalid configuration\n  {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE) from None
     checked = sweeps.Sweep(swept_keys=sweeps.sweep_keys(overrides), dry_run=dry_run)
-    with _scratch_sweep_dir(overrides) as check_overrides:
+    # The check pass validates each job here, one after the other, whatever launcher runs them after.
+    with _scratch_sweep_dir(packing.without_launcher(overrides) if packed else overrides) as check_overrides:
         _run_app(app, check_overrides, _Pass(sweep=checked, check_only=True))
     if checked.interrupted:
         raise SystemExit(sweeps.EXIT_INTERRUPTED)
     refused = [job for job in checked.jobs if job.refusal]
     if dry_run:
-        print(f"train -m --dry-run: {len(checked.jobs)} job(s) would run (nothing was created):")
+        at_once = f", up to {packed.max_parallel} at once" if packed else ""
+        print(f"train -m --dry-run: {len(checked.jobs)} job(s) would run{at_once} (nothing was created):")
         for job in checked.jobs:
             print(f"  #{job.index} {' '.join(job.overrides)}" + (" -> refused" if job.refusal else ""))
     for job in refused:
@@ -304,6 +317,20 @@ def _checked_sweep(app, overrides: list[str], dry_run: bool) -> None:
         raise SystemExit(code)
 
 
+def run_packed_job(overrides: list[str], sweep: sweeps.Sweep) -> int:
+    """One job of a packed sweep, in its own process: run as the sweep's job `sweep.job_index` would run in turn
+    (its run name carries its swept values); its exit status."""
+    _run_app(_app(), overrides, _Pass(sweep=sweep))
+    return sweep.exit_code()
+
+
+def _app():
+    """The Hydra app of `train`: composes the config and runs the task function in the current pass."""
+    register_configs()
+    register_resolvers()
+    return hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")(_task)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     dry_run = "--dry-run" in argv
@@ -317,9 +344,7 @@ def main(argv: list[str] | None = None) -> None:
     except UsageError as exc:
         print(f"train: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE) from None
-    register_configs()
-    register_resolvers()
-    app = hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")(_task)
+    app = _app()
     if multirun:
         _checked_sweep(app, overrides, dry_run)
     elif show is not None:

@@ -1,4 +1,4 @@
-"""GPU identity through NVML, which never creates a CUDA context in the calling process."""
+"""GPU identity and memory through NVML, which never creates a CUDA context in the calling process."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 COMPUTE_MODES = {0: "DEFAULT", 1: "EXCLUSIVE_THREAD", 2: "PROHIBITED", 3: "EXCLUSIVE_PROCESS"}
+MIB = 1024 * 1024
 
 
 class NvmlUnavailable(RuntimeError):
@@ -28,6 +29,12 @@ class MigEntry:
     """A MIG instance named in CUDA_VISIBLE_DEVICES."""
 
     token: str
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    free_mib: float
+    total_mib: float
 
 
 class NvmlReader(Protocol):
@@ -77,6 +84,32 @@ class SystemNvml:
                 return _text(pynvml.nvmlSystemGetDriverVersion())
             except pynvml.NVMLError as exc:
                 raise NvmlUnavailable(f"NVML gave no driver version: {exc}") from exc
+
+
+    def memory(self, index: int) -> GpuMemory:
+        """Free and total memory of GPU `index` (NVML's index)."""
+        with _nvml_session() as pynvml:
+            try:
+                info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index))
+            except pynvml.NVMLError as exc:
+                raise NvmlUnavailable(f"NVML gave no memory information for GPU {index}: {exc}") from exc
+            return GpuMemory(free_mib=info.free / MIB, total_mib=info.total / MIB)
+
+    def process_memory(self, index: int) -> dict[int, float]:
+        """MiB per pid on GPU `index` as NVML lists them: compute processes and MPS clients (a process listed
+        by both counted once); {} where this driver or GPU lists none."""
+        with _nvml_session() as pynvml:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            out: dict[int, float] = {}
+            for lister in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses"):
+                try:
+                    processes = getattr(pynvml, lister)(handle)
+                except (AttributeError, pynvml.NVMLError):  # an older library, or not supported here
+                    continue
+                for p in processes:
+                    if p.usedGpuMemory is not None:
+                        out[p.pid] = max(out.get(p.pid, 0.0), p.usedGpuMemory / MIB)
+            return out
 
 
 def _text(value) -> str:

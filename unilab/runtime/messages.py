@@ -18,6 +18,8 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from unilab.processes import exit_with_parent
+
 from .protocol import ProtocolError, Stop
 
 M = TypeVar("M")
@@ -182,16 +184,7 @@ def become_child(role: str, *, stop_on_sigterm: bool = True) -> None:
     _parent_pid = launcher.pid if launcher is not None else os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher handles SIGINT and tells us to stop
     signal.signal(signal.SIGTERM, _on_sigterm if stop_on_sigterm else signal.SIG_DFL)
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:  # not Linux: the waits and the watchdog still notice a vanished parent
-        pass
-    if os.getppid() != _parent_pid:  # the launcher died before PDEATHSIG was armed
-        os._exit(1)
+    exit_with_parent(_parent_pid)  # not on Linux, the waits and the watchdog still notice a vanished launcher
     threading.Thread(target=_watch_parent, args=(_parent_pid,), name=f"{role}-parent-watch", daemon=True).start()
 
 
