@@ -1,5 +1,6 @@
-"""Docs check: every `train` / `unilab` command in a shell block of the READMEs and docs/{en,zh}
-composes (Hydra, without running the probe) or parses (argparse). Commands with shell
+"""Docs check: every `train` / `unilab` / `torchrun ... -m unilab.cli.train` command in a shell block of the
+READMEs and docs/{en,zh} composes (Hydra, without running the probe) or parses (argparse; torchrun's own
+options through torchrun's parser). Commands with shell
 variables are skipped; `<placeholders>` are fine (they are plain strings to the parsers).
 The cluster examples, the metrics glossary, the words the docs must not use, the A/B sweep's
 form, the Chinese README's commands and the links between pages are checked below."""
@@ -35,7 +36,7 @@ def _commands():
                 line = line.split("  #")[0].strip()
                 if line.startswith("$ "):
                     line = line[2:]
-                if re.match(r"^(train|unilab)\s", line) and "$" not in line:
+                if re.match(r"^(train|unilab|torchrun)\s", line) and "$" not in line:
                     yield pytest.param(line, id=f"{doc.relative_to(ROOT)}: {line[:60]}")
 
 
@@ -76,6 +77,8 @@ def test_documented_command_is_valid(line):
 
 def _check_command(line: str) -> None:
     argv = shlex.split(line)
+    if argv[0] == "torchrun":
+        argv = _torchrun_train(argv)
     if argv[:2] == ["unilab", "warmup"]:  # train overrides: they must compose as train's do
         argv = ["train", *argv[2:]]
     if argv[0] == "unilab":
@@ -91,6 +94,16 @@ def _check_command(line: str) -> None:
             assert cfg.training is not None
 
 
+def _torchrun_train(argv: list[str]) -> list[str]:
+    """`torchrun OPTIONS -m unilab.cli.train OVERRIDES`: torchrun's options through torchrun's own parser, then
+    the `train` command its workers run."""
+    from torch.distributed.run import get_args_parser
+
+    args = get_args_parser().parse_args(argv[1:])
+    assert args.module and args.training_script == "unilab.cli.train", argv
+    return ["train", *args.training_script_args]
+
+
 # ---------------------------------------------------------------- the cluster examples
 
 EXAMPLES = ROOT / "examples"
@@ -100,15 +113,15 @@ K8S_PLUGIN = EXAMPLES / "k8s" / "device-plugin-mps.yaml"
 
 
 def _script_commands(script: str) -> list[str]:
-    """The `train` / `unilab` commands of a shell script: whole lines (continuations joined), and those
-    inside $(...) and trap '...'. Shell variables become a placeholder word, for the parsers."""
+    """The `train` / `unilab` / `torchrun` commands of a shell script: whole lines (continuations joined), and
+    those inside $(...) and trap '...'. Shell variables become a placeholder word, for the parsers."""
     text = re.sub(r"\\\n\s*", " ", script)
     found = []
     for line in text.splitlines():
         line = line.split(" #")[0].strip().rstrip("&").strip()
         found += re.findall(r"\$\(((?:train|unilab)\s[^)]*)\)", line)
         found += re.findall(r"trap '((?:train|unilab)\s[^']*)'", line)
-        if re.match(r"^(train|unilab)\s", line):
+        if re.match(r"^(train|unilab|torchrun)\s", line):
             found.append(line)
     return [re.sub(r"\$\{?\w+\}?|\$\([^)]*\)", "X", cmd) for cmd in found]
 
@@ -139,6 +152,37 @@ def test_the_example_commands_parse(source):
     assert "+execution=mps" in commands[-1].split()
     for command in commands:
         _check_command(command)
+
+
+def _multi_node_script(lang: str) -> str:
+    """The Slurm batch script of cluster.md's several-nodes section (a bash block with #SBATCH --nodes)."""
+    text = (ROOT / "docs" / lang / "cluster.md").read_text()
+    (script,) = [b for b in re.findall(r"```bash\n(.*?)```", text, re.S) if "#SBATCH --nodes=" in b]
+    return script
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_multi_node_slurm_script_is_valid_bash(lang):
+    script = _multi_node_script(lang)
+    assert script.startswith("#!/bin/bash\n") and script == _multi_node_script("en")  # the twins run the same job
+    subprocess.run(["bash", "-n", "-c", script], check=True)
+    commands = _script_commands(script)
+    # the node's daemon started and stopped by the job, torchrun under srun: an extraction that finds less checks less
+    assert [shlex.split(c)[:3] for c in commands] == [["unilab", "mps", "start"], ["unilab", "mps", "stop"],
+                                                      ["torchrun", "--nnodes", "X"]]
+    assert "--all-gpus" in commands[0].split() and "srun" in script and "bash -c node_task" in script
+    assert "+execution=mps" in commands[-1].split()
+    for command in commands:
+        _check_command(command)
+
+
+def test_torchrun_commands_are_checked():
+    torchrun = [p for p in COMMANDS if p.values[0].startswith("torchrun ")]
+    assert len(torchrun) >= 2  # cluster.md, en and zh
+    with pytest.raises(SystemExit):  # torchrun's parser sees its options
+        _check_command("torchrun --nnodes 2 --no-such-option -m unilab.cli.train")
+    with pytest.raises(Exception, match="no_such_key"):  # and train's overrides compose
+        _check_command("torchrun --nnodes 2 -m unilab.cli.train training.no_such_key=1")
 
 
 def test_the_example_yaml_files_have_the_expected_kinds():

@@ -274,6 +274,37 @@ def test_env_prints_the_export_lines(tool, capsys):
     assert run("stop", "--gpu", "1") == 0
 
 
+def test_start_all_gpus_serves_every_visible_gpu_in_cuda_order(tool, capsys):
+    """One daemon for a node's data-parallel ranks: its clients' cuda:i is the i-th visible GPU."""
+    tool.env["CUDA_VISIBLE_DEVICES"] = "1,0"
+    assert run("start", "--all-gpus") == 0
+    out = capsys.readouterr().out.splitlines()
+    base = tool.mps_root / "all-gpus"
+    both = f"{GPU_B.uuid},{GPU_A.uuid}"
+    assert out == [f"export CUDA_MPS_PIPE_DIRECTORY={base}/pipe", f"export CUDA_MPS_LOG_DIRECTORY={base}/log",
+                   f"export CUDA_VISIBLE_DEVICES={both}"]
+    state = json.loads((base / STATE_FILE).read_text())
+    assert state["gpu_uuid"] == both and state["gpu_index"] is None
+    assert f"CUDA_VISIBLE_DEVICES={both}" in (base / "log" / "control.log").read_text()  # the daemon's environment
+    # the probe of rank 1 (cuda:1 under these exports) resolves the second visible GPU, served by this daemon
+    env = {**tool.env, "CUDA_MPS_PIPE_DIRECTORY": f"{base}/pipe", "CUDA_VISIBLE_DEVICES": both}
+    evidence = probe_cuda_process_sharing("mps", "cuda:1", "cuda:1", backend="mjwarp",
+                                          host=HostFacts(platform="linux", env=env, nvml=FakeNvml(), tmp=tool.tmp))
+    assert evidence.gpu_uuid == GPU_A.uuid and evidence.pipe_directory == f"{base}/pipe"
+    assert run("stop", "--pipe-dir", f"{base}/pipe") == 0
+    assert started_pids(tool.root) and not (base / STATE_FILE).exists()
+
+
+def test_start_all_gpus_refuses_exclusive_and_a_gpu(tool, capsys):
+    tool.root_user = True
+    assert run("start", "--all-gpus", "--exclusive") == 1
+    assert "--exclusive with --all-gpus" in capsys.readouterr().err
+    assert tool.smi_calls() == [] and started_pids(tool.root) == []
+    with pytest.raises(SystemExit) as info:
+        run("start", "--all-gpus", "--gpu", "0")
+    assert info.value.code == 2
+
+
 def test_exclusive_needs_root(tool, capsys):
     assert run("start", "--exclusive") == 1
     assert "needs root" in capsys.readouterr().err

@@ -428,7 +428,7 @@ def test_a_run_dir_in_use_is_refused_naming_the_holder(resumable, capsys):
 
 
 @pytest.mark.parametrize("key", ["mps_probe_timeout_s", "mps_attach_timeout_s", "stall_timeout_s",
-                                 "startup_timeout_s"])
+                                 "startup_timeout_s", "dist_timeout_s"])
 @pytest.mark.parametrize("value", ["inf", "nan", "0", "-1"])
 def test_timeouts_are_range_checked_at_compose(tmp_path, spies, capsys, key, value):
     """An infinite timeout waits for ever, zero or less never waits: exit 2 before anything exists."""
@@ -473,7 +473,7 @@ def test_the_manifest_records_the_source_and_the_versions(tmp_path):
 
     assert versions["cuda"] == torch.version.cuda
     assert versions["nvidia_driver"] is None or versions["nvidia_driver"][0].isdigit()
-    assert manifest["schema_version"] == 2
+    assert manifest["schema_version"] == 3
 
 
 def test_no_git_and_no_driver_record_none_and_the_run_goes_ahead(tmp_path, spies, monkeypatch):

@@ -54,6 +54,7 @@ def test_the_children_start_with_the_cache_variables(tmp_path, monkeypatch):
         rank_devices = ["cpu"]
         rank_evidence = [type("E", (), {"configured": None})()]
         run_dir = tmp_path
+        world = None  # train's own ranks (training.devices), not a torchrun rank
 
     monkeypatch.setattr(launch_mod, "_role_spec", lambda *a: type("S", (), {"name": lambda self, role: role})())
     (rank,) = launch_mod._create_ranks(Prepared(), Ctx(), None, None, None)

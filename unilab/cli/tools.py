@@ -42,6 +42,22 @@ def _config_diff(args) -> int:
     return 1 if rows else 0
 
 
+def _merge_ranks(args) -> int:
+    from unilab.rundir.ranks import MergeError, merge_rank_dirs
+
+    try:
+        missing = merge_rank_dirs(args.run_dir, args.other)
+    except (MergeError, OSError, ValueError) as exc:
+        print(f"unilab merge-ranks: {exc}", file=sys.stderr)
+        return 2
+    if missing:
+        print(f"unilab merge-ranks: {args.run_dir}: ranks {', '.join(map(str, missing))} still missing",
+              file=sys.stderr)
+        return 1
+    print(f"unilab merge-ranks: {args.run_dir}: every rank is in runtime_manifest.json")
+    return 0
+
+
 def _motion_synth(args) -> int:
     from unilab.motion.synth import main as synth_main
 
@@ -80,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--ignore", action="append", default=[], metavar="KEY", help="dotted key (or prefix) to skip")
     diff.add_argument("--json", action="store_true", help="machine-readable output")
     diff.set_defaults(func=_config_diff)
+
+    merge = sub.add_parser("merge-ranks", help="gather a torchrun/srun run's rank directories from the nodes' own "
+                           "copies into rank 0's (exit 0 every rank there, 1 some missing, 2 error)")
+    merge.add_argument("run_dir", help="rank 0's run directory")
+    merge.add_argument("other", nargs="+", help="the same run directory as another node wrote it (copied here)")
+    merge.set_defaults(func=_merge_ranks)
 
     motion = sub.add_parser("motion", help="motion clip tools")
     motsub = motion.add_subparsers(dest="action", required=True)

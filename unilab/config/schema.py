@@ -106,6 +106,9 @@ class TrainingConfig(ExecutionConfig):
     ingress_slots: int = 4
     stall_timeout_s: float = 120.0
     startup_timeout_s: float = 900.0
+    # Data parallel: how long a learner waits for the other ranks, to form their group at the start (a rank or
+    # node that never comes) and in any one collective (gradients, weights).
+    dist_timeout_s: float = 900.0
     # Sinks of the metrics rows besides metrics.jsonl: tensorboard, wandb (needs unilab[wandb]); []: none.
     logger: List[str] = field(default_factory=lambda: ["tensorboard"])
     wandb_project: str = "unilab"

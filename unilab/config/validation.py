@@ -1,8 +1,9 @@
 """Every check a `train` request must pass, in one place, run while the config is composed.
 
 `validate(cfg)` takes a composed config and returns the `ValidatedRequest` the launcher consumes: the
-resolved values, the probe's evidence for every rank, the rank devices and the MPS variables per role. It
-reads host facts (NVML, the MPS control daemon) but creates nothing: no directory, no CUDA context, no
+resolved values, the probe's evidence for every rank, the rank devices, the MPS variables per role and, under
+torchrun or srun, this process's rank. It reads host facts (NVML, the MPS control daemon, the cluster
+launcher's environment) but creates nothing: no directory, no CUDA context, no
 process. The first unmet prerequisite or bad value raises `ConfigError` or `CudaProcessSharingError`.
 
 Every entry point reaches it before anything exists:
@@ -16,6 +17,7 @@ Every entry point reaches it before anything exists:
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +26,7 @@ from omegaconf.errors import InterpolationResolutionError, OmegaConfBaseExceptio
 
 from unilab.mps.errors import CudaProcessSharingError
 from unilab.mps.record import CudaProcessSharingEvidence
+from unilab.runtime.world import DistributedContext, WorldError, from_environment
 
 from .schema import EXECUTION_EVIDENCE_INTERPOLATION, TrainConfig
 
@@ -66,6 +69,9 @@ class ValidatedRequest:
     rank_devices: list[str]
     rank_evidence: list[CudaProcessSharingEvidence]  # the probe's, one per rank
     role_mps_env: dict[str, dict[str, str]] = field(default_factory=dict)  # role -> CUDA_MPS_* variables
+    # torchrun or srun: the one rank this process launches (its device is rank_devices[0]); None: `train` starts
+    # every rank itself (training.devices)
+    world: DistributedContext | None = None
 
     @property
     def evidence(self) -> CudaProcessSharingEvidence:
@@ -75,23 +81,25 @@ class ValidatedRequest:
 
 def validate(cfg: DictConfig) -> ValidatedRequest:
     """All checks, in this order: the keys at the top level, the training values (the probe's timeout is
-    one), the execution probe, every group's values, the MPS knobs, the rank devices, a visible GPU,
-    the probe of every further rank. Raises ConfigError or CudaProcessSharingError."""
+    one), the cluster launcher's rank (torchrun, srun), the execution probe, every group's values, the MPS
+    knobs, the rank devices, a visible GPU, the probe of every further rank. Raises ConfigError or
+    CudaProcessSharingError."""
     _check_top_level(cfg)
     config = {"training": _resolved(cfg, "training")}
     check_config(config, groups=("training",))
     training = config["training"]
+    world = cluster_rank(training, os.environ)
     timeout_s = float(training["mps_probe_timeout_s"])
     config["sim"] = _resolved(cfg, "sim")
-    evidence = _probe(training["cuda_process_sharing"], str(training["device"]), config["sim"].get("backend"),
-                      timeout_s)
+    devices = [cluster_rank_device(training, world)] if world else rank_devices(training)
+    evidence = _probe(training["cuda_process_sharing"], devices[0], config["sim"].get("backend"), timeout_s)
     config.update({key: _resolved(cfg, key) for key in ("algo", "task")})
     check_config(config)
     mps_env = role_mps_env(training)
-    devices = rank_devices(training)
     check_gpus_visible(devices)
     return ValidatedRequest(config={key: config[key] for key in GROUP_KEYS}, rank_devices=devices,
-                            rank_evidence=_rank_evidence(evidence, devices, timeout_s), role_mps_env=mps_env)
+                            rank_evidence=_rank_evidence(evidence, devices, timeout_s), role_mps_env=mps_env,
+                            world=world)
 
 
 def _check_top_level(cfg: DictConfig) -> None:
@@ -169,6 +177,44 @@ def role_mps_env(training: dict) -> dict[str, dict[str, str]]:
     for role, value in priorities.items():
         env.setdefault(role, {})["CUDA_MPS_CLIENT_PRIORITY"] = MPS_PRIORITY_LEVEL[value]
     return env
+
+
+def cluster_rank(training: dict, environ) -> DistributedContext | None:
+    """The rank torchrun or srun made of this process (None: a plain `train`, or a world of one), checked
+    against what the request asks: its own ranks (training.devices), a resume, a run name all ranks share."""
+    try:
+        world = from_environment(environ)
+    except WorldError as exc:
+        raise ConfigError(str(exc)) from None
+    if world is None:
+        return None
+    launcher = f"{world.launched_by} (rank {world.rank} of {world.world_size})"
+    if training.get("devices"):
+        raise ConfigError(f"training.devices={training['devices']} under {launcher}: training.devices starts one "
+                          f"host's ranks from one train; under {world.launched_by} each worker is one rank on "
+                          "cuda:LOCAL_RANK. Drop training.devices and set the ranks per node with "
+                          "torchrun --nproc-per-node")
+    if not world.distributed:
+        return None
+    if training.get("resume"):
+        raise ConfigError(f"training.resume under {launcher}: a multi-node run cannot be resumed yet; resume "
+                          "it on one host (train training.resume=... 'training.devices=[...]') or start a new run")
+    if not training.get("run_name") and not world.run_id:
+        raise ConfigError(f"no run name under {launcher}: every rank must derive the same run directory, never "
+                          "from its own clock. Set training.run_name=NAME (the same on every node) or give "
+                          "torchrun --rdzv-id ID (under Slurm the job id is used)")
+    return world
+
+
+def cluster_rank_device(training: dict, world: DistributedContext) -> str:
+    """A torchrun or srun rank's device: the CPU, or the GPU of its local rank (cuda:LOCAL_RANK)."""
+    device = str(training["device"])
+    if device == "cpu":
+        return device
+    if device not in ("cuda", "cuda:0"):
+        raise ConfigError(f"training.device={device} under {world.launched_by}: each rank takes cuda:LOCAL_RANK "
+                          f"(here cuda:{world.local_rank}); leave training.device at cuda (or cpu)")
+    return f"cuda:{world.local_rank}"
 
 
 def rank_devices(training: dict) -> list[str]:

@@ -2,10 +2,13 @@
 
 The launching process never imports torch or Warp: the children are fresh interpreters
 (spawn), and their environment (MPS variables included) is fixed before they start.
+It starts every rank of `training.devices` on this host, or, under torchrun or srun, the one rank the
+cluster launcher made of it; either way each rank is described by a DistributedContext (unilab.runtime.world).
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import queue
@@ -13,6 +16,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from omegaconf import DictConfig
 
@@ -26,6 +30,7 @@ from unilab.rundir.summary import RunSummary, mean_env_steps_per_s
 from unilab.runtime.child_log import stderr_log_name
 from unilab.runtime.protocol import Ready
 from unilab.runtime.spec import RoleSpec
+from unilab.runtime.world import DistributedContext, single_host
 
 from .console import Console
 from .prepare import PreparedRun
@@ -51,7 +56,7 @@ def launch(prepared: PreparedRun, cfg: DictConfig) -> int:
     stop_event, go_event = ctx.Event(), ctx.Event()
     ranks = _create_ranks(prepared, ctx, to_launcher, stop_event, go_event)
     procs = {r.spec.name(role): p for r in ranks for role, p in r.procs.items()}
-    console = Console(world_size=len(ranks))
+    console = Console(world_size=ranks[0].spec.world_size)
     under_mps = ranks[0].evidence.configured == "mps"
     supervisor = Supervisor([r.spec for r in ranks], procs, to_launcher, stop_event, go_event,
                             verify=lambda ready: _verify(prepared, ranks, ready, cancelled=interrupted, console=console),
@@ -69,19 +74,22 @@ def launch(prepared: PreparedRun, cfg: DictConfig) -> int:
             supervisor.run()
         finally:
             supervisor.stop_all()
-        summary = _summary(supervisor, started, prepared.run_dir)
+        summary = _summary(supervisor, started, prepared.own_dir)
         summary.notes[:0] = prepared.notes  # the resume's (a corrupt latest.pt passed over); prepared.lock holds run.lock
-        play = summary.status == "completed" and not training.get("no_play", True) and not interrupted()
+        summary.notes += _gather_ranks(prepared)
+        play = (summary.status == "completed" and not training.get("no_play", True) and not interrupted()
+                and ranks[0].spec.rank == 0)  # one play per run: rank 0's
         if play:
             summary.play = {"status": "started"}  # replaced by the report; stays if the launcher is killed
-        written = _write_summary(summary, prepared.run_dir)  # before play: the training is on record
-        print(summary.console(prepared.run_dir, written), file=sys.stderr)
+        written = _write_summary(summary, prepared.own_dir)  # before play: the training is on record
+        print(summary.console(prepared.own_dir, written), file=sys.stderr)
+        _tell_torchrun(summary, prepared.own_dir)
         if play:
             console.print("playing the trained policy in a fresh process (it builds its worlds first)")
             summary.play = _play(ctx, prepared, ranks[0], float(training["startup_timeout_s"]),
                                  lambda: supervisor.interrupted_by)
             play_interrupted = "interrupted" in summary.play
-            _write_summary(summary, prepared.run_dir)
+            _write_summary(summary, prepared.own_dir)
         if training.get("video_interval"):  # the clips whose render the collector stopped at its exit
             from unilab.viz.clip import render_leftovers
 
@@ -102,16 +110,19 @@ def _create_ranks(prepared: PreparedRun, ctx, to_launcher, stop_event, go_event)
     training = prepared.config["training"]
     devices = prepared.rank_devices or [str(training["device"])]
     evidences = prepared.rank_evidence or [prepared.manifest.cuda_process_sharing]
-    dist_port = _free_port() if len(devices) > 1 else None
+    if prepared.world:  # torchrun or srun: this launcher starts its own rank only
+        worlds = [prepared.world]
+    else:
+        worlds = single_host(len(devices), _free_port() if len(devices) > 1 else None)
     no_mps_dir = None
     if training.get("block_ambient_mps") and evidences[0].configured != "mps":
         no_mps_dir = prepared.run_dir / NO_MPS_PIPE_DIR  # empty: no daemon answers there
         no_mps_dir.mkdir(exist_ok=True)
     ranks = []
-    for rank, (device, evidence) in enumerate(zip(devices, evidences)):
+    for world, device, evidence in zip(worlds, devices, evidences, strict=True):
         child_device, env = child_device_and_env(evidence, device, str(no_mps_dir) if no_mps_dir else None)
         env = {**kernel_cache_env(), **env}  # compiled kernels kept in one place between runs
-        spec = _role_spec(prepared, child_device, rank, len(devices), dist_port)
+        spec = _role_spec(prepared, child_device, world)
         to_learner, to_collector = ctx.Queue(), ctx.Queue()
         procs = {
             "learner": ctx.Process(target=learner_main, name=f"unilab-{spec.name('learner')}",
@@ -123,19 +134,17 @@ def _create_ranks(prepared: PreparedRun, ctx, to_launcher, stop_event, go_event)
     return ranks
 
 
-def _role_spec(prepared: PreparedRun, device: str, rank: int, world_size: int, dist_port: int | None) -> RoleSpec:
+def _role_spec(prepared: PreparedRun, device: str, world: DistributedContext) -> RoleSpec:
     training = prepared.config["training"]
     return RoleSpec(
         run_dir=str(prepared.run_dir),
         config=prepared.config,
         device=device,
-        rank=rank,
-        world_size=world_size,
+        world=world,
         resume_checkpoint=prepared.resume_checkpoint,
         stall_timeout_s=float(training["stall_timeout_s"]),
         startup_timeout_s=float(training["startup_timeout_s"]),
         replay_slots=int(training["ingress_slots"]),
-        dist_port=dist_port,
         extra={"logger": list(training["logger"])},
     )
 
@@ -151,7 +160,8 @@ def _start(prepared: PreparedRun, ranks: list[_Rank]) -> None:
               f"{r.procs['collector'].pid} on {r.device}{mode} -> {prepared.run_dir}", file=sys.stderr)
 
 
-def _summary(supervisor: Supervisor, started: float, run_dir) -> RunSummary:
+def _summary(supervisor: Supervisor, started: float, own_dir: Path) -> RunSummary:
+    """This launcher's summary, for its directory (the run directory, or a torchrun rank's rank_<r>/)."""
     s = supervisor
     cause = s.cause or (f"{s.interrupted_by} received" if s.interrupted_by else None)
     stop_errors = s.learner_summary.get("stop_errors") or []  # the stop-time checkpoint or metric rows failed
@@ -162,15 +172,53 @@ def _summary(supervisor: Supervisor, started: float, run_dir) -> RunSummary:
         traceback=s.traceback,
         iterations=s.learner_summary.get("iterations"),
         env_steps=s.learner_summary.get("env_steps"),
-        mean_env_steps_per_s=mean_env_steps_per_s(run_dir),
+        mean_env_steps_per_s=mean_env_steps_per_s(own_dir),
         wall_s=round(time.monotonic() - started, 3),
         exit_codes={name: p.exitcode for name, p in s.procs.items()},
         fix=s.fix,
-        stderr_logs={name: stderr_log_name(name) for name in s.procs},
+        stderr_logs={name: _relative_to(own_dir, s.specs[0].run_dir, stderr_log_name(name)) for name in s.procs},
         final_metrics=s.learner_summary.get("final_metrics") or {},
         data_parallel=s.learner_summary.get("data_parallel"),
         notes=s.notes,
     )
+
+
+def _relative_to(own_dir: Path, run_dir: str, path: str) -> str:
+    """A path under the run directory, relative to `own_dir` (a torchrun rank's summary sits in rank_<r>/)."""
+    return os.path.relpath(Path(run_dir) / path, own_dir)
+
+
+def _gather_ranks(prepared: PreparedRun) -> list[str]:
+    """Rank 0 of a torchrun or srun run: every rank's entry into the top manifest (a shared filesystem); a note
+    naming the ranks it could not find there."""
+    world = prepared.world
+    if world is None or world.rank != 0:
+        return []
+    from unilab.rundir.ranks import gather_rank_entries
+
+    try:
+        missing = [r for r in gather_rank_entries(prepared.run_dir) if r != 0]  # rank 0's: never verified
+    except (OSError, ValueError) as exc:
+        return [f"the ranks' manifest entries were not gathered: {exc}"]
+    if not missing:
+        return []
+    return [f"ranks {', '.join(map(str, missing))} are not in this run directory (no shared filesystem?): gather "
+            f"the nodes' copies with unilab merge-ranks {prepared.run_dir} <the other nodes' copies>"]
+
+
+def _tell_torchrun(summary: RunSummary, own_dir: Path) -> None:
+    """Under torchrun, a failed rank's cause in its error file: torchrun's closing report ("Root Cause") then
+    names it instead of pointing at tracebacks this process does not have."""
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not error_file or summary.status != "failed":
+        return
+    text = f"unilab: {summary.cause} (see {own_dir / SUMMARY_FILE})"
+    # the layout of torch.distributed.elastic's own error files (its report shows `py_callstack`)
+    record = {"message": {"message": text, "extraInfo": {"py_callstack": text, "timestamp": str(int(time.time()))}}}
+    try:
+        Path(error_file).write_text(json.dumps(record))
+    except OSError:
+        pass  # the report then says what torchrun says without it
 
 
 def _write_summary(summary: RunSummary, run_dir) -> bool:
@@ -263,8 +311,7 @@ def _verify(prepared: PreparedRun, ranks: list[_Rank], ready: dict[str, Ready],
         learner, collector = spec.name("learner"), spec.name("collector")
         lr, cr = ready[learner], ready[collector]
         l_pid, l_uuid, c_pid, c_uuid = lr.pid, lr.gpu_uuid, cr.pid, cr.gpu_uuid
-        record = RankEvidence(rank=spec.rank, device=device, gpu_uuid=evidence.gpu_uuid, learner_pid=l_pid,
-                              collector_pid=c_pid, learner_gpu_uuid=l_uuid, collector_gpu_uuid=c_uuid)
+        record = _rank_record(spec, device, evidence, lr, cr)
         if evidence.configured == "mps":
             error, evidence = _verify_mps(prepared, evidence, {learner: (l_pid, l_uuid), collector: (c_pid, c_uuid)},
                                           cancelled)
@@ -275,7 +322,7 @@ def _verify(prepared: PreparedRun, ranks: list[_Rank], ready: dict[str, Ready],
             record.cuda_process_sharing = evidence
             if console is not None:
                 console.print(f"MPS clients verified: learner pid {l_pid}, collector pid {c_pid} -> server pid "
-                              f"{evidence.server_pid}", spec.rank if len(ranks) > 1 else None)
+                              f"{evidence.server_pid}", spec.rank)
         elif evidence.daemon_reachable:
             evidence = _ambient_mps(evidence, {learner: l_pid, collector: c_pid},
                                     blocked=bool(prepared.config["training"].get("block_ambient_mps")),
@@ -284,9 +331,18 @@ def _verify(prepared: PreparedRun, ranks: list[_Rank], ready: dict[str, Ready],
         rank_records.append(record)
         evidences.append(evidence)
     manifest = prepared.manifest.model_copy(update={"cuda_process_sharing": evidences[0], "ranks": rank_records})
-    manifest.write(prepared.run_dir)
+    manifest.write(prepared.own_dir)
     prepared.manifest = manifest
     return None
+
+
+def _rank_record(spec: RoleSpec, device: str, evidence, learner: Ready, collector: Ready) -> RankEvidence:
+    """The manifest's entry of one rank: where it ran (host, node, local rank), its processes, its GPU."""
+    world = spec.world
+    return RankEvidence(rank=spec.rank, hostname=world.hostname or socket.gethostname(), node_rank=world.node_rank,
+                        local_rank=world.local_rank, device=device, gpu_uuid=evidence.gpu_uuid,
+                        launcher_pid=os.getpid(), learner_pid=learner.pid, collector_pid=collector.pid,
+                        learner_gpu_uuid=learner.gpu_uuid, collector_gpu_uuid=collector.gpu_uuid)
 
 
 def _verify_mps(prepared, evidence, children: dict, cancelled=None):

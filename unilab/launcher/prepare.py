@@ -1,5 +1,6 @@
 """From a validated request to a prepared run: run directory (new, or the one a resume continues),
-run_config.json and runtime_manifest.json.
+run_config.json and runtime_manifest.json. Under torchrun or srun this launcher is one rank's: rank 0 takes the
+run directory, rank r > 0 its rank_<r>/ in it (unilab.rundir.ranks).
 
 Every check of the request ran while the config was composed (unilab.config.validation), so a request that
 cannot be honoured never gets here. What is checked here needs the run directory: a resume's checkpoint
@@ -16,10 +17,11 @@ from typing import Any
 from unilab.config.validation import ConfigError, ValidatedRequest
 from unilab.mps.record import CudaProcessSharingEvidence
 from unilab.rundir.create import archive_segment, new_run_dir
-from unilab.rundir.layout import is_run_dir
+from unilab.rundir.layout import is_run_dir, rank_dir
 from unilab.rundir.manifest import RuntimeManifest
 from unilab.rundir.provenance import source_evidence, version_evidence
 from unilab.rundir.run_config import write_run_config
+from unilab.runtime.world import DistributedContext
 
 
 @dataclass
@@ -33,6 +35,11 @@ class PreparedRun:
     role_mps_env: dict[str, dict[str, str]] = field(default_factory=dict)  # role -> CUDA_MPS_* variables
     lock: Any = None  # the RunDirLock on run.lock: held while this object lives (the launcher's life)
     notes: list[str] = field(default_factory=list)  # for run_summary.json (e.g. a corrupt latest.pt passed over)
+    world: DistributedContext | None = None  # torchrun or srun: the one rank this launcher starts
+    own_dir: Path | None = None  # where this launcher writes its manifest, summary and lock (default: run_dir)
+
+    def __post_init__(self) -> None:
+        self.own_dir = self.own_dir or self.run_dir
 
 
 @dataclass
@@ -121,32 +128,61 @@ def _new_run_dir(config: dict, name_suffix: str = "") -> Path:
 def prepare_run(request: ValidatedRequest, name_suffix: str = "") -> PreparedRun:
     """The run directory and its evidence files for a request every check passed (unilab.config.validation).
     `name_suffix`: appended to the default run name (a sweep job's swept values), not to training.run_name."""
-    config = request.config
-    run_dir, lock, target = _claim_run_dir(config, name_suffix)
+    config, world = request.config, request.world
+    if world is not None:
+        run_dir, own_dir, lock = _claim_rank_dir(config, world)
+        target = None
+    else:
+        run_dir, lock, target = _claim_run_dir(config, name_suffix)
+        own_dir = run_dir
     try:
         if target is not None:
             for note in target.notes:
                 print(f"unilab: note: {note}", file=sys.stderr)
             archive_segment(run_dir)
-        write_run_config(run_dir, config)
+        write_run_config(own_dir, config)
         manifest = RuntimeManifest(
             run_dir=str(run_dir),
             algo=str(config["algo"]["name"]),
             task=str(config["task"]["name"]),
             backend=str(config["sim"]["backend"]),
-            world_size=len(request.rank_devices),
+            world_size=world.world_size if world else len(request.rank_devices),
+            launched_by=world.launched_by if world else "train",
             source=source_evidence(),
             versions=version_evidence(),
             cuda_process_sharing=request.evidence,
         )
-        manifest.write(run_dir)
+        manifest.write(own_dir)
     except BaseException:
         lock.release()
         raise
     return PreparedRun(run_dir=run_dir, config=config, manifest=manifest,
                        resume_checkpoint=target.checkpoint if target else None, rank_devices=request.rank_devices,
                        rank_evidence=request.rank_evidence, role_mps_env=request.role_mps_env, lock=lock,
-                       notes=list(target.notes) if target else [])
+                       notes=list(target.notes) if target else [], world=world, own_dir=own_dir)
+
+
+def _claim_rank_dir(config: dict, world: DistributedContext):
+    """(run dir, this rank's directory in it, its lock) of a torchrun or srun rank. The name is the same on
+    every rank (training.run_name, else the run id), so no rank may pick another: rank 0 refuses a directory
+    that holds a run, rank r > 0 one whose rank_<r>/ exists (a shared filesystem, or a node's own disk)."""
+    training = config["training"]
+    name = training["run_name"] or world.default_run_name(str(config["algo"]["name"]), str(config["task"]["name"]))
+    run_dir = Path(training["log_dir"]).expanduser().resolve() / name
+    own_dir = rank_dir(run_dir, world.rank)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)  # another rank may have made it first
+        if world.rank == 0 and is_run_dir(run_dir):
+            raise ConfigError(f"{run_dir} holds a run already: give this run another training.run_name (every "
+                              "rank the same) or remove it")
+        own_dir.mkdir(exist_ok=world.rank == 0)
+    except FileExistsError:
+        raise ConfigError(f"{own_dir} exists already (an earlier run of this name): give this run another "
+                          "training.run_name (every rank the same) or remove it") from None
+    except OSError as exc:
+        raise ConfigError(f"training.log_dir={training['log_dir']}: cannot create {own_dir}: "
+                          f"{exc.strerror or exc}; set training.log_dir to a writable directory") from None
+    return run_dir, own_dir, _lock(own_dir)
 
 
 def _claim_run_dir(config: dict, name_suffix: str = ""):

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from typing import Any, Callable
 
 from unilab.mps.errors import MPS_SERVER_FAULT, mps_server_fault_fix, names_mps_failure
-from unilab.runtime.protocol import Failed, Finished, Phase, Progress, Ready
+from unilab.runtime.protocol import Failed, Finished, Phase, Progress, Ready, WorldFailed
 
 STOP_GRACE_S = 10.0
 DEAD_CHILD_GRACE_S = 2.0
@@ -202,6 +202,8 @@ class Supervisor:
                 self.fail("failed", f"the {msg.name} raised an exception", msg.name, msg.traceback)
         elif isinstance(msg, Finished):
             self.record_finished(msg)
+        elif isinstance(msg, WorldFailed):
+            self.world_failed(msg)
         else:
             self.fail("failed", f"protocol error: the launcher received a {type(msg).__name__}, which it does "
                       "not take", "launcher")
@@ -227,6 +229,11 @@ class Supervisor:
             if self.status is None:
                 self.status = self.learner_summary.get("status")
 
+    def world_failed(self, msg: WorldFailed) -> None:
+        """Another rank is gone, or the ranks never met: that is the cause, named. This rank's children stop
+        as after any fault (a learner stuck in a collective with the gone rank is ended by the escalation)."""
+        self.fail("failed", msg.cause, msg.name if msg.rank is None else f"rank[{msg.rank}]")
+
     def drain(self) -> None:
         """Read what the exited children left queued: a traceback, a summary."""
         for msg in self._queued():
@@ -235,6 +242,8 @@ class Supervisor:
                 self.failed_role = self.failed_role or msg.name
             elif isinstance(msg, Finished):
                 self.record_finished(msg)
+            elif isinstance(msg, WorldFailed):
+                self.world_failed(msg)
             elif isinstance(msg, (Phase, Progress)) and self.console is not None:
                 self.console.show(msg)
 

@@ -15,9 +15,9 @@ make_host = ToolHost  # tests replace this with a ToolHost of fakes
 def _start(args) -> int:
     from .daemon import StartOptions, start
 
-    return start(make_host(), StartOptions(gpu=args.gpu, pipe_dir=args.pipe_dir, log_dir=args.log_dir,
-                                           foreground=args.foreground, exclusive=args.exclusive,
-                                           timeout_s=args.timeout))
+    return start(make_host(), StartOptions(gpu=args.gpu, all_gpus=args.all_gpus, pipe_dir=args.pipe_dir,
+                                           log_dir=args.log_dir, foreground=args.foreground,
+                                           exclusive=args.exclusive, timeout_s=args.timeout))
 
 
 def _stop(args) -> int:
@@ -73,7 +73,11 @@ def add_mps_parser(sub) -> None:
     msub = mps.add_subparsers(dest="action", required=True)
 
     start = msub.add_parser("start", help="start a control daemon in user-owned 0700 directories and print exports")
-    start.add_argument("--gpu", metavar="UUID|INDEX", help="default: CUDA's device 0 (honours CUDA_VISIBLE_DEVICES)")
+    which = start.add_mutually_exclusive_group()
+    which.add_argument("--gpu", metavar="UUID|INDEX", help="default: CUDA's device 0 (honours CUDA_VISIBLE_DEVICES)")
+    which.add_argument("--all-gpus", action="store_true",
+                       help="one daemon for every visible GPU (a node's data-parallel ranks); default: "
+                            "/tmp/unilab-mps-$UID/all-gpus/pipe")
     start.add_argument("--pipe-dir", metavar="D",
                        help="default: /tmp/unilab-mps-$UID/<gpu-uuid>/pipe")
     start.add_argument("--log-dir", metavar="D", help="default: log/ beside the pipe directory")

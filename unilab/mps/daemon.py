@@ -23,8 +23,8 @@ from .control import (
     is_socket,
 )
 from .errors import MpsToolError
-from .host import NVIDIA_SMI, ToolHost, resolve_gpu
-from .layout import Layout, MpsState, layout_for, prepare_dirs, read_state, select_state
+from .host import NVIDIA_SMI, ToolHost, resolve_gpu, resolve_visible_gpus
+from .layout import ALL_GPUS_DIR, Layout, MpsState, layout_for, prepare_dirs, read_state, select_state
 
 START_LOG = "unilab-mps-start.log"  # output of `nvidia-cuda-mps-control -d` (never a pipe: the daemon may keep it)
 POLL_S = 0.1
@@ -34,6 +34,7 @@ QUIT_ANSWER_S = 5.0  # how long one `quit` may go unanswered before stop only wa
 @dataclass
 class StartOptions:
     gpu: str | None = None
+    all_gpus: bool = False  # one daemon for every visible GPU (one node's data-parallel ranks)
     pipe_dir: str | None = None
     log_dir: str | None = None
     foreground: bool = False
@@ -50,9 +51,15 @@ def start(host: ToolHost, opts: StartOptions) -> int:
         raise MpsToolError(f"unilab mps: '{CONTROL_BINARY}' is not on PATH (it ships with the NVIDIA driver utilities)")
     if opts.exclusive:
         _check_can_set_compute_mode(host)
-    gpu = resolve_gpu(host, opts.gpu)
+    gpus = resolve_visible_gpus(host) if opts.all_gpus else [resolve_gpu(host, opts.gpu)]
+    if opts.exclusive and len(gpus) > 1:
+        raise MpsToolError("unilab mps: --exclusive with --all-gpus: the compute mode is set per GPU; start one "
+                           "daemon per GPU (--gpu N --exclusive), or leave the mode DEFAULT")
+    gpu = gpus[0]
+    # The daemon sees the GPUs in CUDA's order, so a client's cuda:i under the exports is gpus[i].
+    served = ",".join(g.uuid for g in gpus)
     uid = host.euid()
-    layout = layout_for(host.root(), gpu.uuid, opts.pipe_dir, opts.log_dir)
+    layout = layout_for(host.root(), gpu.uuid if len(gpus) == 1 else ALL_GPUS_DIR, opts.pipe_dir, opts.log_dir)
     prepare_dirs(layout, uid)
     _refuse_live_or_clean(host, layout)
 
@@ -62,36 +69,38 @@ def start(host: ToolHost, opts: StartOptions) -> int:
         _set_compute_mode(host, gpu.uuid, "EXCLUSIVE_PROCESS")
         mode_set = True
     env = {**host.env, "CUDA_MPS_PIPE_DIRECTORY": str(layout.pipe_dir),
-           "CUDA_MPS_LOG_DIRECTORY": str(layout.log_dir), "CUDA_VISIBLE_DEVICES": gpu.uuid}
+           "CUDA_MPS_LOG_DIRECTORY": str(layout.log_dir), "CUDA_VISIBLE_DEVICES": served}
     try:
         proc, pid, start_time = _launch(host, binary, env, layout, opts)
     except BaseException:
         if mode_set:
             _restore_compute_mode(host, gpu.uuid, previous_mode, quiet=True)
         raise
-    state = MpsState(gpu_uuid=gpu.uuid, gpu_index=gpu.index, gpu_name=gpu.name, pipe_dir=str(layout.pipe_dir),
+    state = MpsState(gpu_uuid=served, gpu_index=gpu.index if len(gpus) == 1 else None,
+                     gpu_name=gpu.name if len(gpus) == 1 else f"{len(gpus)} GPUs", pipe_dir=str(layout.pipe_dir),
                      log_dir=str(layout.log_dir), daemon_pid=pid, daemon_start_time=start_time,
                      foreground=opts.foreground, compute_mode_set=mode_set,
                      previous_compute_mode=previous_mode if mode_set else None, binary=binary, uid=uid,
                      started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     if not opts.foreground:
-        _announce(state, layout, gpu, opts)
+        _announce(state, layout, opts)
         print("unilab mps: stop it with `unilab mps stop" + _where(opts) + "`", file=sys.stderr)
         return 0
     # Ctrl-C from here on must quit the daemon: held back until _run_foreground waits for it.
     signal.pthread_sigmask(signal.SIG_BLOCK, _QUIT_SIGNALS)
     try:
-        _announce(state, layout, gpu, opts)
+        _announce(state, layout, opts)
     except BaseException:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _QUIT_SIGNALS)
         raise
     return _run_foreground(host, proc, layout, state, opts.timeout_s)
 
 
-def _announce(state: MpsState, layout: Layout, gpu, opts: StartOptions) -> None:
+def _announce(state: MpsState, layout: Layout, opts: StartOptions) -> None:
     """The state file, then the daemon's line and its exports for the user."""
     state.write(layout.state_file)
-    print(f"unilab mps: control daemon pid {state.daemon_pid} for {gpu.uuid} ({gpu.name}); pipe {layout.pipe_dir}, "
+    print(f"unilab mps: control daemon pid {state.daemon_pid} for {state.gpu_uuid} ({state.gpu_name}); "
+          f"pipe {layout.pipe_dir}, "
           f"log {layout.log_dir}" + ("; compute mode EXCLUSIVE_PROCESS" if opts.exclusive else ""), file=sys.stderr)
     print("\n".join(state.exports()), flush=True)
 

@@ -68,30 +68,50 @@ class ToolHost:
         return hits[0] if len(hits) == 1 else None
 
 
-def resolve_gpu(host: ToolHost, spec: str | None) -> GpuInfo:
-    """--gpu as an NVML index or a (prefix of a) UUID; by default CUDA's device 0 (CUDA_VISIBLE_DEVICES aware)."""
+def _nvml_gpus(host: ToolHost) -> tuple[list[GpuInfo], str]:
+    """NVML's GPUs and a listing of them for messages."""
     try:
         gpus = host.nvml.gpus()
     except NvmlUnavailable as exc:
         raise MpsToolError(f"unilab mps: NVML cannot be read, so no GPU can be identified: {exc}\n"
                            "  check: nvidia-smi    # must list the GPU") from exc
-    listing = "; ".join(f"{g.index}: {g.uuid}" for g in gpus) or "none"
+    return gpus, "; ".join(f"{g.index}: {g.uuid}" for g in gpus) or "none"
+
+
+def _visible(host: ToolHost) -> list[GpuInfo | MigEntry]:
+    """CUDA's devices in CUDA's order (CUDA_VISIBLE_DEVICES aware); at least one."""
+    gpus, listing = _nvml_gpus(host)
+    visible = visible_devices(host.env.get("CUDA_VISIBLE_DEVICES"), gpus)
+    if not visible:
+        raise MpsToolError(f"unilab mps: no visible GPU (CUDA_VISIBLE_DEVICES="
+                           f"{host.env.get('CUDA_VISIBLE_DEVICES')!r}; NVML sees {listing})")
+    return visible
+
+
+def resolve_visible_gpus(host: ToolHost) -> list[GpuInfo]:
+    """--all-gpus: every GPU CUDA sees, in CUDA's order (cuda:i is entry i), none of them MIG."""
+    return [_not_mig(gpu) for gpu in _visible(host)]
+
+
+def _not_mig(gpu: GpuInfo | MigEntry) -> GpuInfo:
+    if isinstance(gpu, MigEntry):
+        raise MpsToolError(f"unilab mps: {gpu.token} is a MIG instance; unilab does not support MPS on MIG")
+    if gpu.mig_enabled:
+        raise MpsToolError(f"unilab mps: {gpu.uuid} is in MIG mode; unilab does not support MPS on MIG\n"
+                           f"  fix: sudo nvidia-smi -i {gpu.index} -mig 0")
+    return gpu
+
+
+def resolve_gpu(host: ToolHost, spec: str | None) -> GpuInfo:
+    """--gpu as an NVML index or a (prefix of a) UUID; by default CUDA's device 0 (CUDA_VISIBLE_DEVICES aware)."""
     if spec is None:
-        visible = visible_devices(host.env.get("CUDA_VISIBLE_DEVICES"), gpus)
-        if not visible:
-            raise MpsToolError(f"unilab mps: no visible GPU (CUDA_VISIBLE_DEVICES="
-                               f"{host.env.get('CUDA_VISIBLE_DEVICES')!r}; NVML sees {listing})")
-        gpu = visible[0]
-        if isinstance(gpu, MigEntry):
-            raise MpsToolError(f"unilab mps: {gpu.token} is a MIG instance; unilab does not support MPS on MIG")
-    elif spec.isdigit():
+        return _not_mig(_visible(host)[0])
+    gpus, listing = _nvml_gpus(host)
+    if spec.isdigit():
         gpu = next((g for g in gpus if g.index == int(spec)), None)
     else:
         hits = [g for g in gpus if g.uuid.startswith(spec) or g.uuid.startswith("GPU-" + spec)]
         gpu = hits[0] if len(hits) == 1 else None
     if gpu is None:
         raise MpsToolError(f"unilab mps: --gpu {spec} names no single GPU (NVML sees {listing})")
-    if gpu.mig_enabled:
-        raise MpsToolError(f"unilab mps: {gpu.uuid} is in MIG mode; unilab does not support MPS on MIG\n"
-                           f"  fix: sudo nvidia-smi -i {gpu.index} -mig 0")
-    return gpu
+    return _not_mig(gpu)

@@ -44,6 +44,7 @@ from .errors import MpsToolError
 
 TMP = Path("/tmp")  # what holds the root; tests substitute a directory of their own
 STATE_FILE = "unilab-mps-state.json"  # beside pipe/ and log/, in the pipe directory's parent
+ALL_GPUS_DIR = "all-gpus"  # the convention's directory of a daemon for every visible GPU (start --all-gpus)
 
 
 def default_root(uid: int, tmp: Path = TMP) -> Path:

@@ -9,6 +9,7 @@
 - metrics: the metrics.jsonl writer (with TensorBoard and the console line) and its one reader.
 - checkpoint: saving, finding (an intact one) and loading checkpoints.
 - lock: run.lock, the launcher's exclusive hold on a run directory.
+- ranks: a torchrun or srun run's rank directories gathered into rank 0's manifest (`unilab merge-ranks`).
 
 Nothing is imported here: a user of one module (unilab.mps writes through `atomic`, and
 `manifest` imports unilab.mps.record) must not pull in the others and their dependencies.

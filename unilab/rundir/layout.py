@@ -4,6 +4,8 @@
       run_config.json        run_config.py: the resolved config
       runtime_manifest.json  manifest.py: how the run executed (ranks, PIDs, MPS evidence)
       metrics.jsonl          metrics.py: one row per iteration (rank 0; rank r under rank_<r>/)
+      rank_<r>/              rank r > 0: its metrics; under torchrun or srun also its own run_config.json,
+                             runtime_manifest.json, run_summary.json and run.lock (ranks.py)
       tensorboard/           metrics.py: the same rows for TensorBoard
       wandb/                 wandb_sink.py: the same rows for W&B (training.logger; written by wandb)
       checkpoints/           checkpoint.py: iter_NNNNNNN.pt and the latest.pt link

@@ -20,17 +20,21 @@ from .atomic import write_json_atomic
 from .layout import MANIFEST_FILE
 from .provenance import SourceEvidence, VersionEvidence
 
-MANIFEST_SCHEMA_VERSION = 2  # 2: source and versions
+MANIFEST_SCHEMA_VERSION = 3  # 2: source and versions; 3: where each rank ran (host, node, local rank), launched_by
 
 
 class RankEvidence(BaseModel):
-    """One rank's learner/collector pair (filled in by the runtime)."""
+    """One rank's learner/collector pair (filled in by its launcher)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    rank: int
+    rank: int  # global rank
+    hostname: Optional[str] = None
+    node_rank: Optional[int] = None
+    local_rank: Optional[int] = None
     device: str
     gpu_uuid: Optional[str] = None
+    launcher_pid: Optional[int] = None  # the process that started and verified this rank's pair
     learner_pid: Optional[int] = None
     collector_pid: Optional[int] = None
     learner_gpu_uuid: Optional[str] = None
@@ -53,6 +57,8 @@ class RuntimeManifest(BaseModel):
     task: str
     backend: str
     world_size: int = 1
+    # train (training.devices: every rank from this launcher), torchrun or srun (one launcher per rank)
+    launched_by: str = "train"
     # What produced the run (None in a manifest written before schema 2): the unilab checkout's git commit and
     # dirty flag, and the torch / warp / mujoco / mujoco-warp / CUDA / NVIDIA driver versions.
     source: Optional[SourceEvidence] = None

@@ -23,22 +23,28 @@ from unilab.mps.gemm_check import check_under_thread_share, weight_products
 from unilab.rundir.layout import POLICY_ONNX_FILE
 
 from .child_log import leave, log_stderr
-from .messages import Mailbox, StopRequested, become_child, wait_event
+from .messages import Mailbox, ParentGone, StopRequested, become_child, wait_event, why_stopped
 from .protocol import (LEARNER_INBOX, LOSSES, ROLLING_EPISODES, TRANSITION_FIELDS, Act, Buffers, ChunkReady, Failed,
-                       Finished, IterationStats, LearnerEvents, Obs, Phase, Progress, SlotFree, Stop)
+                       Finished, IterationStats, LearnerEvents, Obs, Phase, Progress, SlotFree, Stop, WorldFailed)
 from .spec import RoleSpec, report_ready
 
 
 def learner_main(spec: RoleSpec, inbox, to_collector, to_launcher, stop_event, go_event) -> None:
-    """The learner role: build the loop, wait for the launcher's go, run, report; then stop the collector."""
+    """The learner role: join the data-parallel group (several ranks), build the loop, wait for the launcher's
+    go, run, report; then stop the collector."""
     name = spec.name("learner")
     log_stderr(spec.run_dir, name)
     become_child("learner")
-    loop = None
+    loop = watch = None
     code = 0
     mailbox = Mailbox(name, inbox, stop_event, LEARNER_INBOX)
     try:
-        built = LearnerLoop(spec, mailbox, to_collector, to_launcher)
+        device = start_learner_process(spec, to_launcher)
+        if spec.world_size > 1:
+            from .rank_watch import join_world  # torch.distributed: imported in the child only
+
+            watch = join_world(spec.world, device, float(spec.training["dist_timeout_s"]), name, to_launcher.put)
+        built = LearnerLoop(spec, mailbox, to_collector, to_launcher, watch)
         wait_for_go(go_event, spec.startup_timeout_s, stop_event, name)
         built.phase(f"training: {built.max_iterations} iterations of {built.dims.num_envs} envs x "
                     f"{built.dims.ticks_per_slot} steps")
@@ -46,9 +52,12 @@ def learner_main(spec: RoleSpec, inbox, to_collector, to_launcher, stop_event, g
         loop.run()
         to_launcher.put(Finished(name, loop.summary("completed")))
     except StopRequested:
+        if watch is not None:  # the other ranks stop too, naming this one (and the rank it stopped for)
+            watch.leave("stopped", f"after {watch.verdict.cause}" if watch.verdict else why_stopped(mailbox.parent_pid))
         # interrupted or a fault elsewhere: keep what was learned
         to_launcher.put(Finished(name, loop.save_on_stop() if loop else {}))
-    except BaseException:
+    except BaseException as exc:
+        _report_world_failure(exc, watch, name, to_launcher)
         to_launcher.put(Failed(name, traceback.format_exc()))
         code = 1
     finally:
@@ -63,6 +72,38 @@ def learner_main(spec: RoleSpec, inbox, to_collector, to_launcher, stop_event, g
         if loop is not None:
             loop.close()
     leave(to_launcher, code)  # everything is saved and reported
+
+
+def start_learner_process(spec: RoleSpec, to_launcher):
+    """The learner's torch device, its CUDA context made and reported (the launcher verifies it), checked
+    under an MPS thread share."""
+    import torch
+
+    device = torch.device(spec.device)
+    if device.type == "cpu":
+        torch.set_num_threads(1)  # learner and collector share the cores; tiny ops lose to thread overhead
+    report_ready(spec.name("learner"), device, to_launcher)
+    check_under_thread_share(device, "learner")
+    return device
+
+
+def _report_world_failure(exc: BaseException, watch, name: str, to_launcher) -> None:
+    """Before the traceback: what the launcher names as the cause when the data-parallel run is the
+    failure: a rendezvous that did not form, or another rank gone (a collective that raised, named by the
+    rank watch). Then this rank's mark for the others."""
+    from .rank_watch import RendezvousError, last_line
+
+    if isinstance(exc, RendezvousError):
+        to_launcher.put(WorldFailed(name, str(exc)))
+    if watch is None:
+        return
+    verdict = watch.blame_for(exc)  # when found, the watch has sent it (WorldFailed) already
+    if verdict is not None:
+        watch.leave("stopped", f"after {verdict.cause}")
+    elif isinstance(exc, ParentGone):
+        watch.leave("stopped", why_stopped())
+    else:
+        watch.leave("failed", f"the {name} raised {type(exc).__name__}: {last_line(str(exc))}")
 
 
 def refill_target(capacity: int, fraction: float, collectable: int) -> int:
@@ -117,10 +158,10 @@ class RollingEpisodes:
 
 
 class LearnerLoop:
-    """Construction connects to the collector and builds the learner (nothing waits for the launcher);
-    `run` trains until `max_iterations`."""
+    """Construction connects to the collector and builds the learner (nothing waits for the launcher; the
+    process has reported its start and joined the data-parallel group); `run` trains until `max_iterations`."""
 
-    def __init__(self, spec: RoleSpec, mailbox: Mailbox, to_collector, to_launcher):
+    def __init__(self, spec: RoleSpec, mailbox: Mailbox, to_collector, to_launcher, watch=None):
         import torch
         import torch.multiprocessing  # noqa: F401  (CUDA IPC pickling for the queues)
 
@@ -130,13 +171,8 @@ class LearnerLoop:
         self.to_collector = to_collector
         self.left_collector = False
         self.to_launcher = to_launcher
-        self.device = device = torch.device(spec.device)
-        if device.type == "cpu":
-            torch.set_num_threads(1)  # learner and collector share the cores; tiny ops lose to thread overhead
-        report_ready(spec.name("learner"), device, to_launcher)
-        check_under_thread_share(device, "learner")
-        if spec.world_size > 1:
-            _join_process_group(spec, device)
+        self.watch = watch  # the rank watch of a data-parallel run (rank_watch.join_world), else None
+        self.device = torch.device(spec.device)
         torch.manual_seed(spec.seed)
         self._connect()
         t0 = time.monotonic()
@@ -494,6 +530,7 @@ class LearnerLoop:
         out = {"status": status, "iterations": self.iteration, "env_steps": self.env_steps,
                "final_metrics": self.last_row}
         if self.spec.world_size > 1 and status == "completed":
+            self.watch.leave("finished")  # before the last collective: a rank done waiting there is not silent
             out["data_parallel"] = self._check_ranks_in_sync()
         return out
 
@@ -515,20 +552,3 @@ class LearnerLoop:
 
         if dist.is_available() and dist.is_initialized() and self.device.type == "cpu":
             dist.destroy_process_group()  # NCCL's is skipped: the process exits right after (learner_main)
-
-
-def _join_process_group(spec: RoleSpec, device) -> None:
-    """Learners of all ranks average their gradients through torch.distributed."""
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
-    dist.init_process_group(
-        backend="nccl" if device.type == "cuda" else "gloo",
-        init_method=f"tcp://127.0.0.1:{spec.dist_port}",
-        rank=spec.rank,
-        world_size=spec.world_size,
-        timeout=timedelta(seconds=spec.startup_timeout_s),
-        **({"device_id": device} if device.type == "cuda" else {}),
-    )
-

@@ -162,6 +162,16 @@ def check_stop(role: str, stop_event=None, parent_pid: int | None = None) -> Non
         raise ParentGone(f"{role}: the launching process is gone")
 
 
+def why_stopped(parent_pid: int | None = None) -> str:
+    """Why a StopRequested was raised, in words for the other ranks of a data-parallel run."""
+    parent = parent_pid if parent_pid is not None else _parent_pid
+    if parent is not None and os.getppid() != parent:
+        return "its launcher is gone (killed?)"
+    if _terminate_requested:
+        return "SIGTERM (the job was cancelled, or its node's torchrun stopped it)"
+    return "its launcher stopped it (interrupted, or a fault on that rank: see its run_summary.json)"
+
+
 def wait_event(event, *, role: str, phase: str, timeout_s: float, stop_event=None) -> None:
     """Wait for a cross-process event (e.g. the launcher's go), watching stop requests and the launcher."""
     deadline = time.monotonic() + timeout_s

@@ -53,6 +53,16 @@ class Finished:
 
 
 @dataclass(frozen=True)
+class WorldFailed:
+    """The data-parallel run cannot go on: another rank failed, stopped or went silent (`rank`, as the sender's
+    rank watch found it), or the learners' rendezvous did not complete (`rank` None). `cause` names it."""
+
+    name: str
+    cause: str
+    rank: int | None = None
+
+
+@dataclass(frozen=True)
 class Phase:
     """A step of start-up or shutdown the console names (building worlds, compiling kernels, filling the
     replay); the launcher prints it, so the console has one order."""
@@ -151,7 +161,7 @@ class Released:
     role: str
 
 
-LAUNCHER_INBOX = (Ready, Failed, Finished, Phase, Progress)
+LAUNCHER_INBOX = (Ready, Failed, Finished, Phase, Progress, WorldFailed)
 LEARNER_INBOX = (Buffers, Obs, ChunkReady, Released)
 COLLECTOR_INBOX = (LearnerEvents, Act, SlotFree, Released)
 

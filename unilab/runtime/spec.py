@@ -6,21 +6,30 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from .world import ONE_RANK, DistributedContext, rank_seed
+
 
 @dataclass
 class RoleSpec:
     run_dir: str
     config: dict[str, Any]  # the resolved run_config
     device: str  # torch device string as seen inside the child
-    rank: int = 0
-    world_size: int = 1
+    world: DistributedContext = ONE_RANK  # this rank's place in the data-parallel run
     start_iteration: int = 0
     resume_checkpoint: str | None = None
     stall_timeout_s: float = 120.0
     startup_timeout_s: float = 900.0
     replay_slots: int = 4
-    dist_port: int | None = None  # rendezvous of the learners' process group (world_size > 1)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rank(self) -> int:
+        """The global rank."""
+        return self.world.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.world.world_size
 
     def name(self, role: str) -> str:
         """How the launcher and the logs call this process: `learner`, or `learner[1]` for rank 1."""
@@ -52,7 +61,7 @@ class RoleSpec:
 
     @property
     def seed(self) -> int:
-        return int(self.training["seed"]) + 1000 * self.rank
+        return rank_seed(self.training["seed"], self.rank)
 
 
 def _typed(config: dict[str, Any], group: str) -> Any:
