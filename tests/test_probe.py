@@ -297,7 +297,9 @@ def test_a_cancelled_client_verification_verifies_nothing(host, daemon, fake_hos
         def write(self, run_dir):
             Manifest.written += 1
 
-    spec = SimpleNamespace(rank=0, name=lambda role: f"{role}[0]")
+    from unilab.runtime.world import single_host
+
+    spec = SimpleNamespace(rank=0, name=lambda role: f"{role}[0]", world=single_host(1, None)[0])
     ranks = [SimpleNamespace(spec=spec, evidence=probe(host), device="cuda:0")]
     ready = {"learner[0]": SimpleNamespace(pid=101, gpu_uuid=None),
              "collector[0]": SimpleNamespace(pid=102, gpu_uuid=None)}
@@ -308,7 +310,7 @@ def test_a_cancelled_client_verification_verifies_nothing(host, daemon, fake_hos
         if verified:
             daemon.servers[5000] = [101, 102]
         prepared = SimpleNamespace(config={"training": {"mps_attach_timeout_s": 5.0}}, manifest=Manifest(),
-                                   role_mps_env={}, run_dir=None)
+                                   role_mps_env={}, run_dir=None, own_dir=None)
         out = io.StringIO()
         assert _verify(prepared, ranks, ready, cancelled=cancelled, console=Console(stream=out)) is None
         assert ("MPS clients verified: learner pid 101, collector pid 102 -> server pid 5000" in out.getvalue()) \
