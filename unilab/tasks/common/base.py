@@ -159,7 +159,7 @@ class TaskEnv:
         self.device = torch.device(device)
         self.num_envs = int(cfg.num_envs)
         self.mj_model = mj_model
-        # The kernels compile at the first forward(), in _finish_init, after the sizes are known.
+        # The kernels compile in _finish_init (compile_kernels), after the sizes are known.
         self.backend = MjWarpBackend(mj_model, self.num_envs, str(self.device), sim_cfg, compile_now=False)
         self._on_sized = _ON_SIZED.get()
         self.dt = float(sim_cfg.timestep) * int(sim_cfg.decimation)
