@@ -28,8 +28,9 @@ class MjWarpSimConfig:
     # reports it (the sim_overflow metric).
     overflow: str = "error"
     verbose: bool = False  # Warp module-load lines and MJWarp overflow prints
-    # Threads that compile Warp's modules at the first captured step (a cold kernel cache compiles
-    # every module MJWarp imports). null: one per CPU core, at most 8; 0: one after the other.
+    # Threads that compile Warp's modules while the env is built (with a cold kernel cache, every module
+    # MJWarp imports and every per-model kernel its step launches). null: one per CPU core, at most 8;
+    # 0: one after the other.
     compile_workers: Optional[int] = None
 
     def __post_init__(self) -> None:

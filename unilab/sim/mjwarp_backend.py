@@ -212,10 +212,10 @@ class MjWarpBackend:
             mjwarp.fwd_kinematics(self.model, scratch)
             mjwarp.com_vel(self.model, scratch)
         del scratch
-        workers = compile_workers(self.cfg.compile_workers)
-        wp.force_load(self.wp_device, max_workers=workers)  # modules defined at import, default block size
+        # Threads: wp.config.load_module_max_workers, set from sim.compile_workers by _setup_warp.
+        wp.force_load(self.wp_device)  # modules defined at import, default block size
         for block_dim, modules in found.items():
-            wp.force_load(self.wp_device, modules=list(modules), block_dim=block_dim, max_workers=workers)
+            wp.force_load(self.wp_device, modules=list(modules), block_dim=block_dim)
         return sum(len(m) for m in found.values())
 
     # ------------------------------------------------------------ execution
