@@ -13,6 +13,7 @@ import pytest
 from fakes import GPU_A, FakeNvml
 from train_calls import interrupt_real_sweep, run_dirs, run_train, spies  # noqa: F401 - spies is a fixture
 from unilab.cli.memory_guard import FAIL, START, WAIT, MemoryGuard, cuda_ordinals
+from unilab.cli.packing import PackedLauncherConf
 from unilab.rundir.layout import SUMMARY_FILE
 
 PACKED = ["hydra/launcher=unilab_packed", "hydra.launcher.max_parallel=2"]
@@ -181,7 +182,8 @@ def test_a_packed_sweep_fails_jobs_that_do_not_fit_and_starts_none(tmp_path, spi
     assert code == 1
     err = capsys.readouterr().err
     assert "job #0 waits for GPU memory: cuda:0" in err and "job #1 waits for GPU memory" in err
-    assert err.count("has 1000 MiB free of 143771 MiB; the job needs about 4096 MiB") == 4
+    floor = PackedLauncherConf.job_memory_mib  # the default floor, no peak measured yet
+    assert err.count(f"has 1000 MiB free of 143771 MiB; the job needs about {floor} MiB") == 4
     assert "job #0 not started" in err and "memory_wait_s=1)" in err
     assert "  #0 training.seed=1 -> failed, no run directory" in err
     assert "  #1 training.seed=2 -> failed, no run directory" in err

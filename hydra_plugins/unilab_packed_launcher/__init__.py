@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 
 class UnilabPackedLauncher(Launcher):
-    def __init__(self, max_parallel: int = 2, job_memory_mib: int = 4096, memory_wait_s: float = 600.0) -> None:
+    def __init__(self, max_parallel: int = 2, job_memory_mib: int = 4608, memory_wait_s: float = 600.0) -> None:
         from unilab.cli.packing import check_options
 
         check_options(max_parallel, job_memory_mib, memory_wait_s)  # `train` checked them already; Hydra alone did not

@@ -127,7 +127,9 @@ class PackedSweep:
             r.relay.join(timeout=10)
             code = r.proc.returncode if r.proc.returncode >= 0 else sweeps.EXIT_FAILED  # killed by a signal
             self.record(sweeps.Job(index=index, overrides=r.job.shown, code=code, run_dir=_run_dir(r.result)))
-            say(f"job #{index} {sweeps.STATUS.get(code, 'failed')} (exit {code})")
+            peak = self.guard.peaks.get(index)  # sized by NVML; the floor of the next jobs' estimate
+            held = f"; its processes held at most {peak:.0f} MiB of GPU memory" if peak else ""
+            say(f"job #{index} {sweeps.STATUS.get(code, 'failed')} (exit {code}){held}")
             if code == sweeps.EXIT_INTERRUPTED and not self.interrupted:
                 self.interrupted = f"job #{index} was interrupted"  # as a sequential sweep: no further job starts
 
