@@ -16,7 +16,8 @@ from the command to the moment it was written, and the console's start-up lines 
 Then every checkpoint is evaluated (`unilab eval RUN --checkpoint F --suite nominal --envs-per-command E`,
 `--eval-jobs` at a time, after all runs: evaluation never shares the GPU with a timed run). A checkpoint
 walks when its nominal suite has mean linear error <= 0.10 m/s, yaw-rate error <= 0.15 rad/s and no falls;
-the report gives, per run, the first one that does and when it was written.
+the report gives, per run, the first one that does and when it was written. OUT/time_to_walk.json is written
+after each run (`"evaluated": false`, the timings so far) and again after the evaluations.
 """
 
 from __future__ import annotations
@@ -116,6 +117,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--seconds must be > 0, --save-interval and --eval-jobs >= 1")
     args.out.mkdir(parents=True, exist_ok=True)
     runs = []
+
+    def write(evaluated: bool) -> None:  # after each run too: a machine taken back keeps the timings made so far
+        result = {"command": ["train", *args.overrides], "seconds": args.seconds, "targets": TARGETS,
+                  "cache": str(args.warm or "fresh per run"), "date": time.strftime("%Y-%m-%d"),
+                  "evaluated": evaluated, "runs": runs}
+        (args.out / "time_to_walk.json").write_text(json.dumps(result, indent=1))
+
     for seed in args.seeds:
         cache = args.warm or Path(tempfile.mkdtemp(prefix="unilab-ttw-cache-"))
         if args.clear_driver_cache:
@@ -127,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(cache, ignore_errors=True)
         print(f"seed {seed}: first metrics row {runs[-1]['first_row_s']} s, stopped at {runs[-1]['stopped_s']} s, "
               f"{len(runs[-1]['checkpoints'])} checkpoints, status {runs[-1]['status']}", flush=True)
+        write(evaluated=False)
     with concurrent.futures.ThreadPoolExecutor(args.eval_jobs) as pool:
         for run in runs:
             run["checkpoints"] = list(pool.map(lambda c, r=run: evaluate(r["run"], c, args.envs_per_command),
@@ -145,9 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {c['iteration']:>9} {c['written_s']:>9.1f} {fmt(n['lin_error']):>8} {fmt(n['yaw_error']):>9} "
                   f"{n['fall_fraction']:>6.1%}  {'yes' if c['walks'] else 'no'}")
         print(f"  first walking checkpoint: {'none' if first is None else str(first['written_s']) + ' s'}")
-    result = {"command": ["train", *args.overrides], "seconds": args.seconds, "targets": TARGETS,
-              "cache": str(args.warm or "fresh per run"), "date": time.strftime("%Y-%m-%d"), "runs": runs}
-    (args.out / "time_to_walk.json").write_text(json.dumps(result, indent=1))
+    write(evaluated=True)
     return 0 if all(r["exit"] is not None for r in runs) else 1
 
 
