@@ -13,7 +13,7 @@ import pytest
 from fakes import GPU_A, FakeNvml
 from train_calls import interrupt_real_sweep, run_dirs, run_train, spies  # noqa: F401 - spies is a fixture
 from unilab.cli.memory_guard import FAIL, START, WAIT, MemoryGuard, cuda_ordinals
-from unilab.cli.packing import PackedLauncherConf
+from unilab.cli.packing import OPTIONS, PackedLauncherConf
 from unilab.rundir.layout import SUMMARY_FILE
 
 PACKED = ["hydra/launcher=unilab_packed", "hydra.launcher.max_parallel=2"]
@@ -202,3 +202,15 @@ def test_ctrl_c_stops_every_running_job_of_a_packed_sweep(tmp_path):
     assert [json.loads((r / SUMMARY_FILE).read_text())["status"] for r in runs] == ["interrupted", "interrupted"]
     assert "SIGINT received: stopping 2 running job(s)" in err
     assert "unilab: sweep interrupted: 2 interrupted" in err and "#2 " not in err
+
+
+def test_the_hydra_plugin_has_the_schemas_defaults():
+    """Hydra fills the launcher's options from PackedLauncherConf; the plugin's own defaults (used by Hydra alone,
+    hydra.utils.instantiate without them) must not drift from it."""
+    import inspect
+
+    from hydra_plugins.unilab_packed_launcher import UnilabPackedLauncher
+
+    params = inspect.signature(UnilabPackedLauncher.__init__).parameters
+    assert {name: params[name].default for name in OPTIONS} == {name: getattr(PackedLauncherConf, name)
+                                                                for name in OPTIONS}
