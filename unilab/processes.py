@@ -33,12 +33,19 @@ def exit_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def _parent(pid: int) -> int | None:
+def stat_fields(pid: int, proc: Path = Path("/proc")) -> list[str] | None:
+    """/proc/<pid>/stat from its third field (the state) on; None when the pid is gone. Field n of proc(5) is
+    item n - 3."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = (proc / str(pid) / "stat").read_text()
     except OSError:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[1])  # after the command name, which may hold spaces
+    return stat.rsplit(")", 1)[1].split()  # after the command name, which may hold blanks and parentheses
+
+
+def _parent(pid: int) -> int | None:
+    fields = stat_fields(pid)
+    return int(fields[4 - 3]) if fields else None
 
 
 def descendants(root: int) -> list[int]:

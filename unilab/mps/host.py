@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
+from unilab.processes import stat_fields
+
 from .control import DAEMON_PID_FILE, MpsControl, PipeDirectory
 from .errors import MpsToolError
 from .layout import TMP, default_root
@@ -40,13 +42,8 @@ class ToolHost:
 
     def start_time(self, pid: int) -> int | None:
         """Field 22 of /proc/<pid>/stat (clock ticks after boot); None when the pid is gone or a zombie."""
-        try:
-            text = (self.proc / str(pid) / "stat").read_text()
-        except OSError:
-            return None
-        # comm (field 2) may contain blanks and parentheses: split after its closing one.
-        fields = text[text.rindex(")") + 2:].split()
-        if fields[0] in ("Z", "X"):
+        fields = stat_fields(pid, self.proc)
+        if fields is None or fields[0] in ("Z", "X"):
             return None
         return int(fields[22 - 3])
 
