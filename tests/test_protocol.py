@@ -15,7 +15,7 @@ from unilab.runtime.shared import leave_peer
 from unilab.runtime.protocol import (COLLECTOR_INBOX, EPISODE_STATS, LAUNCHER_INBOX, LEARNER_INBOX, LOSSES,
                                      MAX_TASK_METRICS, TRANSITION_FIELDS, Act, Buffers, ChunkReady, Failed, Finished,
                                      IterationStats, LearnerEvents, Obs, ProtocolError, Ready, Released, SlotFree, Stop,
-                                     transition_shapes)
+                                     last_line, transition_shapes)
 
 LONG = 120.0  # a stall timeout the tests must never wait for
 
@@ -319,3 +319,10 @@ def test_the_flush_of_a_channel_nobody_reads_is_bounded():
     t0 = time.monotonic()
     flush(channel, timeout_s=0.3)
     assert time.monotonic() - t0 < 3.0
+
+
+def test_last_line_quotes_the_last_non_blank_line():
+    tb = "Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: bad value  \n\n  \n"
+    assert last_line(tb) == "ValueError: bad value"
+    assert last_line(tb, 10) == "ValueError"
+    assert last_line(None) == last_line("") == last_line(" \n\t\n") == ""

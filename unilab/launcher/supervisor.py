@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from typing import Any, Callable
 
 from unilab.mps.errors import MPS_SERVER_FAULT, mps_server_fault_fix, names_mps_failure
-from unilab.runtime.protocol import Failed, Finished, Phase, Progress, Ready, WorldFailed
+from unilab.runtime.protocol import Failed, Finished, Phase, Progress, Ready, WorldFailed, last_line
 
 STOP_GRACE_S = 10.0
 DEAD_CHILD_GRACE_S = 2.0
@@ -195,7 +195,7 @@ class Supervisor:
                 self._kill_survivors_soon()  # nothing on that GPU can be saved any more
             elif killed and self.status is None:
                 # a peer killed first: the exception is its consequence (e.g. a CUDA IPC error), not the cause
-                self.notes.append(f"the {msg.name} then raised: {_last_line(msg.traceback)}")
+                self.notes.append(f"the {msg.name} then raised: {last_line(msg.traceback)}")
                 self.fail("failed", self._death_cause(killed[0]), killed[0], msg.traceback)
                 self._kill_survivors_soon()
             else:
@@ -291,8 +291,3 @@ class Supervisor:
             if p.is_alive():
                 p.kill()
                 p.join(timeout=5)
-
-
-def _last_line(text: str | None) -> str:
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    return lines[-1] if lines else ""

@@ -25,7 +25,8 @@ from unilab.rundir.layout import POLICY_ONNX_FILE
 from .child_log import leave, log_stderr
 from .messages import Mailbox, ParentGone, StopRequested, become_child, wait_event, why_stopped
 from .protocol import (LEARNER_INBOX, LOSSES, ROLLING_EPISODES, TRANSITION_FIELDS, Act, Buffers, ChunkReady, Failed,
-                       Finished, IterationStats, LearnerEvents, Obs, Phase, Progress, SlotFree, Stop, WorldFailed)
+                       Finished, IterationStats, LearnerEvents, Obs, Phase, Progress, SlotFree, Stop, WorldFailed,
+                       last_line)
 from .spec import RoleSpec, report_ready
 
 
@@ -91,7 +92,7 @@ def _report_world_failure(exc: BaseException, watch, name: str, to_launcher) -> 
     """Before the traceback: what the launcher names as the cause when the data-parallel run is the
     failure: a rendezvous that did not form, or another rank gone (a collective that raised, named by the
     rank watch). Then this rank's mark for the others."""
-    from .rank_watch import RendezvousError, last_line
+    from .rank_watch import ERROR_CHARS, RendezvousError
 
     if isinstance(exc, RendezvousError):
         to_launcher.put(WorldFailed(name, str(exc)))
@@ -103,7 +104,7 @@ def _report_world_failure(exc: BaseException, watch, name: str, to_launcher) -> 
     elif isinstance(exc, ParentGone):
         watch.leave("stopped", why_stopped())
     else:
-        watch.leave("failed", f"the {name} raised {type(exc).__name__}: {last_line(str(exc))}")
+        watch.leave("failed", f"the {name} raised {type(exc).__name__}: {last_line(str(exc), ERROR_CHARS)}")
 
 
 def refill_target(capacity: int, fraction: float, collectable: int) -> int:

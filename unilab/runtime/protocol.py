@@ -23,6 +23,13 @@ def transition_shapes(obs_dim: int, critic_obs_dim: int, action_dim: int) -> dic
     return dict(zip(TRANSITION_FIELDS, shapes, strict=True))
 
 
+def last_line(text: str | None, max_chars: int | None = None) -> str:
+    """The last non-blank line of a traceback or an error text, stripped (at most `max_chars` of it): the line a
+    console note quotes of a child's failure."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1][:max_chars] if lines else ""
+
+
 # ---------------------------------------------------------------- children -> launcher
 
 

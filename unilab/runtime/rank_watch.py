@@ -30,7 +30,7 @@ from typing import Callable
 
 import torch.distributed as dist
 
-from .protocol import WorldFailed
+from .protocol import WorldFailed, last_line
 from .world import DistributedContext
 
 BEAT_S = 0.5
@@ -38,6 +38,7 @@ SILENT_AFTER_S = 10.0
 UNREACHABLE_AFTER_S = 2.0  # a store that drops a beat or two is not yet gone
 VERDICT_WAIT_S = SILENT_AFTER_S + 2 * BEAT_S  # how long a failed collective waits for the watch to name the rank
 PREFIX = "unilab/ranks"
+ERROR_CHARS = 300  # of an error's last line, quoted in a rank's mark or a rendezvous error
 
 
 class RendezvousError(RuntimeError):
@@ -62,7 +63,7 @@ def join_world(world: DistributedContext, device, timeout_s: float, name: str,
             f"rendezvous_failed: rank {world.rank} of {world.world_size} on {world.hostname or socket.gethostname()}: "
             f"the learners' process group at {world.master_addr}:{world.master_port} did not form within "
             f"{timeout_s:g} s (training.dist_timeout_s): every rank must start, and {world.master_addr} must be "
-            f"reachable from this node ({last_line(str(exc))})") from exc
+            f"reachable from this node ({last_line(str(exc), ERROR_CHARS)})") from exc
     watch = RankWatch(world, name, report)
     watch.start()
     return watch
@@ -119,7 +120,7 @@ class RankWatch:
                     host = "rank 0's learner" if not self.world.cluster else "the torchrun agent or job step hosting it"
                     return self._blame(0 if not self.world.cluster else None,
                                        f"the rendezvous store at {self.world.master_addr}:{self.world.master_port} "
-                                       f"is unreachable, so {host} is gone ({last_line(str(exc))})")
+                                       f"is unreachable, so {host} is gone ({last_line(str(exc), ERROR_CHARS)})")
 
     def _found_left(self, watched: dict) -> bool:
         """Read the marks of ranks that left; True once one that did not finish is blamed."""
@@ -175,8 +176,3 @@ class RankWatch:
 def _raised_in_torch_distributed(exc: BaseException) -> bool:
     frames = traceback.extract_tb(exc.__traceback__)
     return any(f"torch{os.sep}distributed{os.sep}" in frame.filename for frame in frames)
-
-
-def last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""
