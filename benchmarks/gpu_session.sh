@@ -126,7 +126,7 @@ use_gpu() {  # G: no MPS, CUDA's device 0 = GPU G (nvidia-smi's index)
 }
 
 # ---- options ------------------------------------------------------------------------------------------
-ALGO="" TASK="" ENVS="" CASES="" GPU=0 GPUS="0,1" SEEDS="" SEED="" THRESHOLD=10 ARMS="default,mps" NAME="" SECONDS_=""
+ALGO="" TASK="" ENVS="" CASES="" GPU=0 GPUS="0,1" SEEDS="" SEED="" THRESHOLD="" ARMS="default,mps" NAME="" SECONDS_=""
 SEGMENTS=1 EXECUTION=mps KEYS="" ITERS=200 DEVICES="" RAW=0 FOREGROUND=0 WAIT="" OVERRIDES=() INTERVAL=60 WARMUP=auto
 parse() {  # the options of gate, ab, side-by-side, learn, mps-*
   while [ $# -gt 0 ]; do
@@ -209,6 +209,11 @@ seed_overrides() {  # --seed S: that seed; --seeds K: seeds 1..K (the preset's s
   elif [ -n "$SEEDS" ] && [ "$SEEDS" != 2 ]; then echo "training.seed=$(seq -s, 1 "$SEEDS")"; fi
 }
 
+case_threshold() {  # the gate's own threshold for this algorithm and task (unilab.bench.gate.CASES), 10 % for others
+  "$PYTHON" -c 'import sys; from unilab.bench.gate import CASES
+print(next((f"{c.threshold_pct:g}" for c in CASES if (c.algo, c.task) == tuple(sys.argv[1:3])), "10"))' "$1" "$2"
+}
+
 cmd_gate() {
   need ALGO TASK ENVS
   local name=${NAME:-${ALGO}_${TASK}} dir seeds
@@ -222,6 +227,7 @@ cmd_gate() {
   (if [[ ,$ARMS, == *,mps,* ]]; then use_daemon "$GPU"; else use_gpu "$GPU"; fi
    run_log "$S/gate_$name.log" "${TRAIN_CMD[@]}" "${args[@]}")
   if [[ $ARMS == *,* ]]; then
+    [ -n "$THRESHOLD" ] || THRESHOLD=$(case_threshold "$ALGO" "$TASK")
     run_log "$S/gate_$name.txt" "${UNILAB_CMD[@]}" bench compare "$dir" --threshold-pct "$THRESHOLD" --plot "$S/gate_$name.png"
     run_log "$S/gate_$name.json" "${UNILAB_CMD[@]}" bench compare "$dir" --threshold-pct "$THRESHOLD" --json
     [ "$DRY" = 1 ] || cat "$S/gate_$name.txt"

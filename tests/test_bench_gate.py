@@ -356,7 +356,7 @@ def test_the_gate_imports_no_torch():
     import subprocess
 
     code = ("import sys; from unilab.cli.tools import build_parser; build_parser(); "
-            "import unilab.bench.gate_run, unilab.mps.probe, unilab.mps.daemon, unilab.cli.catalog, unilab.cli.sweep; "
+            "import unilab.bench.gate_run, unilab.mps.probe, unilab.mps.daemon, unilab.config.catalog, unilab.cli.sweep; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'warp', 'mujoco_warp', 'mujoco'}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(TESTS.parent)})

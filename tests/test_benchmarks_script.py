@@ -57,9 +57,9 @@ def test_gate_expansion():
     assert commands(lines) == [
         "train -m +execution=default,mps +bench=offpolicy_gate --algo fastsac --task g1_walk_flat "
         "training.device=cuda:0 task.num_envs=2048 training.log_dir=/tmp/gate/fastsac_g1_walk_flat",
-        "unilab bench compare /tmp/gate/fastsac_g1_walk_flat --threshold-pct 10 "
+        "unilab bench compare /tmp/gate/fastsac_g1_walk_flat --threshold-pct 20 "
         "--plot /tmp/session/gate_fastsac_g1_walk_flat.png",
-        "unilab bench compare /tmp/gate/fastsac_g1_walk_flat --threshold-pct 10 --json",
+        "unilab bench compare /tmp/gate/fastsac_g1_walk_flat --threshold-pct 20 --json",
         "unilab config diff RUN_DEFAULT RUN_MPS",
     ]
 

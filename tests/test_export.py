@@ -46,7 +46,7 @@ def test_export_matches_the_torch_policy_and_carries_metadata(walk_run, capsys):
     torch.testing.assert_close(torch.from_numpy(action), learner.act(obs, deterministic=True), atol=1e-5, rtol=1e-4)
 
     meta = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
-    from unilab.eval.export import METADATA_KEYS, METADATA_SCHEMA
+    from unilab.rundir.policy import METADATA_KEYS, METADATA_SCHEMA
 
     assert set(METADATA_KEYS) <= set(meta)
     value = {k: meta[k] if k in ("schema", "unilab_version", "task", "algo", "checkpoint", "action_bounds",
@@ -118,7 +118,7 @@ def test_the_end_of_training_export_carries_the_same_metadata(walk_run):
     assert _export(walk_run, "--out", walk_run / "exported.onnx") == 0
     at_end = {p.key: p.value for p in onnx.load(str(walk_run / "policy.onnx")).metadata_props}
     exported = {p.key: p.value for p in onnx.load(str(walk_run / "exported.onnx")).metadata_props}
-    from unilab.eval.export import METADATA_KEYS
+    from unilab.rundir.policy import METADATA_KEYS
 
     assert set(METADATA_KEYS) <= set(at_end) and json.loads(at_end["iteration"]) == 6
     assert {k: at_end[k] for k in METADATA_KEYS} == {k: exported[k] for k in METADATA_KEYS}

@@ -7,7 +7,8 @@ from __future__ import annotations
 import torch
 
 from unilab.runtime.learner import LearnerLoop
-from unilab.runtime.protocol import EPISODE_STATS, LOSSES, MAX_TASK_METRICS, TRANSITION_FIELDS, IterationStats
+from unilab.algos.transition import TRANSITION_FIELDS
+from unilab.runtime.protocol import EPISODE_STATS, LOSSES, MAX_TASK_METRICS, IterationStats
 from unilab.runtime.timing import Stamp
 
 ROWS = 8  # transitions per slot

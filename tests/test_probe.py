@@ -297,7 +297,7 @@ def test_a_cancelled_client_verification_verifies_nothing(host, daemon, fake_hos
         def write(self, run_dir):
             Manifest.written += 1
 
-    from unilab.runtime.world import single_host
+    from unilab.world import single_host
 
     spec = SimpleNamespace(rank=0, name=lambda role: f"{role}[0]", world=single_host(1, None)[0])
     ranks = [SimpleNamespace(spec=spec, evidence=probe(host), device="cuda:0")]

@@ -12,10 +12,10 @@ import torch
 
 from unilab.runtime.messages import Mailbox, StallError, StopRequested, flush
 from unilab.runtime.shared import leave_peer
+from unilab.algos.transition import TRANSITION_FIELDS, transition_shapes
 from unilab.runtime.protocol import (COLLECTOR_INBOX, EPISODE_STATS, LAUNCHER_INBOX, LEARNER_INBOX, LOSSES,
-                                     MAX_TASK_METRICS, TRANSITION_FIELDS, Act, Buffers, ChunkReady, Failed, Finished,
-                                     IterationStats, LearnerEvents, Obs, ProtocolError, Ready, Released, SlotFree, Stop,
-                                     last_line, transition_shapes)
+                                     MAX_TASK_METRICS, Act, Buffers, ChunkReady, Failed, Finished, IterationStats,
+                                     LearnerEvents, Obs, ProtocolError, Ready, Released, SlotFree, Stop, last_line)
 
 LONG = 120.0  # a stall timeout the tests must never wait for
 

@@ -74,7 +74,7 @@ def test_evidence_files_follow_the_umask(tmp_path, umask):
     import os
     import stat
 
-    from unilab.rundir.atomic import write_json_atomic
+    from unilab.atomic import write_json_atomic
     from unilab.rundir.summary import RunSummary
 
     old = os.umask(umask)

@@ -20,7 +20,7 @@ from train_calls import run_train, spies  # noqa: F401 - spies is a fixture
 from unilab.cli.tools import main as unilab_main
 from unilab.launcher.supervisor import STOP_GRACE_S
 from unilab.runtime.rank_watch import BEAT_S, SILENT_AFTER_S
-from unilab.runtime.world import WorldError, from_environment, rank_seed
+from unilab.world import WorldError, from_environment, rank_seed
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ["+preset=cpu_smoke", "task.num_envs=8", "training.logger=[]", "training.no_play=true", "algo.batch_size=32"]

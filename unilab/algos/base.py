@@ -32,7 +32,8 @@ from torch import Tensor, nn
 from unilab.algos.config import with_renamed_keys
 from unilab.algos.distributed import GradAllReduce, broadcast_, dp_active
 from unilab.algos.replay import ReplayBuffer
-from unilab.runtime.protocol import transition_shapes
+from unilab.algos.transition import transition_shapes
+
 
 class OffPolicyLearner(ABC):
     """SAC with a categorical critic, a target critic and a learnt entropy temperature.
@@ -147,7 +148,7 @@ class OffPolicyLearner(ABC):
     # ------------------------------------------------------------------ data
 
     def add(self, batch: dict[str, Tensor]) -> None:
-        """Append transitions (the fields of `unilab.runtime.protocol.TRANSITION_FIELDS`) to the replay and update the algorithm's running statistics with them."""
+        """Append transitions (the fields of `unilab.algos.transition.TRANSITION_FIELDS`) to the replay and update the algorithm's running statistics with them."""
         n = batch["obs"].shape[0]
         rows = {key: batch[key].to(self.device, dtype).reshape(n, *shape)
                 for key, (shape, dtype) in self.replay.spec.items()}

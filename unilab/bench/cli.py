@@ -8,10 +8,10 @@ import argparse
 import json
 import sys
 
+from unilab.exit_codes import EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE
+
 from .extract import DEFAULT_LAST, DEFAULT_SKIP_FIRST
 from .gate import CASES, DEFAULT_ITERATIONS, DEFAULT_REPEATS
-
-EXIT_PASS, EXIT_GATE_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
 def _extract(args) -> int:
@@ -21,10 +21,10 @@ def _extract(args) -> int:
         result = extract(args.run, last=args.last, skip_first=args.skip_first)
     except RunError as exc:
         print(f"unilab bench extract: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return EXIT_USAGE
     result.pop("config")
     print(json.dumps(result, indent=2) if args.json else render(result))
-    return EXIT_PASS
+    return EXIT_COMPLETED
 
 
 def _compare(args) -> int:
@@ -42,14 +42,14 @@ def _compare(args) -> int:
         report = compare(runs, opts)
     except (RunError, PlotUnavailable) as exc:
         print(f"unilab bench compare: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return EXIT_USAGE
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         print(render_markdown(report))
     if args.plot:
         print(f"unilab bench compare: wrote {plot(report, runs, args.plot)}", file=sys.stderr)
-    return EXIT_PASS if report["passed"] else EXIT_GATE_FAILED
+    return EXIT_COMPLETED if report["passed"] else EXIT_FAILED
 
 
 def _gate(args) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from unilab.exit_codes import EXIT_USAGE
 from unilab.rundir.layout import METRICS_FILE
 from unilab.rundir.metrics import read_metrics
 from unilab.rundir.run_config import diff_configs, load_run_config
@@ -148,7 +149,7 @@ def main(args) -> int:
                         window=args.window, band=args.band, title=args.title)
     except (PlotError, PlotUnavailable) as exc:
         print(f"unilab plot: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     print(f"wrote {out}")
     return 0
 

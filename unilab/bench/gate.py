@@ -180,7 +180,7 @@ def check_overrides(overrides: list[str]) -> None:
 
 def unavailable(cases: list[Case]) -> list[str]:
     """The algorithms and tasks of these cases that `train` cannot be told to use in this build."""
-    from unilab.cli.catalog import choices
+    from unilab.config.catalog import choices
 
     known = {group: set(choices(group)) for group in ("algo", "task")}
     return [f"{group} {name} ({case.name})" for case in cases

@@ -23,24 +23,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from unilab.atomic import write_json_atomic
+from unilab.exit_codes import EXIT_COMPLETED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, STATUS
 from unilab.processes import end_child
-from unilab.rundir.atomic import write_json_atomic
 
-from .gate import (
-    GateInputError,
-    Job,
-    Plan,
-    Shape,
-    check_overrides,
-    judge,
-    plan_jobs,
-    plot_gate,
-    render,
-    select_cases,
-    unavailable,
-)
+from .gate import (GateInputError, Job, Plan, Shape, check_overrides, judge, plan_jobs, plot_gate, render, select_cases,
+                   unavailable)
 
-EXIT_PASS, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 INTERRUPT_GRACE_S = 120.0  # a job told to stop may take this long to end its run and write its summary
 DAEMON_TIMEOUT_S = 60.0  # a daemon whose last clients are still exiting answers `quit` late
 _DEVICE = re.compile(r"^cuda(:\d+)?$")
@@ -164,8 +153,6 @@ def _raise_interrupt(signum, frame):
 
 
 def _status(job: Job) -> str:
-    from unilab.cli.sweep import STATUS
-
     try:
         status = json.loads((Path(job.run_dir) / "run_summary.json").read_text()).get("status")
     except (OSError, ValueError):
@@ -294,7 +281,7 @@ def run_gate(args) -> int:
         missing = unavailable(cases)
         if args.dry_run:
             print(_dry_run(plan, missing))
-            return EXIT_PASS
+            return EXIT_COMPLETED
         if missing:
             raise GateInputError(f"{'; '.join(missing)}: not available in this build (`unilab list`); "
                                  "--cases leaves a case out")
@@ -310,7 +297,7 @@ def run_gate(args) -> int:
         daemon = prepare_daemon(host, args.device, args.start_daemon)
     except (GateInputError, PlotUnavailable) as exc:
         print(f"{ME}: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return EXIT_USAGE
     try:
         out.mkdir(parents=True, exist_ok=True)
         head = {"command": gate_command(plan, args), "environment": _environment(daemon, host)}
@@ -335,4 +322,4 @@ def run_gate(args) -> int:
     print(json.dumps(verdict, indent=2) if args.json else table)
     png = None if args.no_plot else plot_gate(verdict, out / "gate.png")
     _say(f"wrote {out / 'gate.json'}, {out / 'gate.md'}" + (f", {png}" if png else ""))
-    return EXIT_PASS if verdict["passed"] else EXIT_FAILED
+    return EXIT_COMPLETED if verdict["passed"] else EXIT_FAILED

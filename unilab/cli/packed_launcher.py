@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from unilab.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED
+
 from . import sweep as sweeps
 from .memory_guard import FAIL, START, MemoryGuard
 
@@ -100,7 +102,7 @@ class PackedSweep:
         verdict = self.guard.verdict(job.index, job.ordinals)
         if verdict.action == FAIL:
             say(f"job #{job.index} not started: {verdict.message}")
-            self.record(sweeps.Job(index=job.index, overrides=job.shown, code=sweeps.EXIT_FAILED))
+            self.record(sweeps.Job(index=job.index, overrides=job.shown, code=EXIT_FAILED))
             return True
         if verdict.action != START:
             if job.index not in self._announced:
@@ -125,12 +127,12 @@ class PackedSweep:
         for index in [i for i, r in running.items() if r.proc.poll() is not None]:
             r = running.pop(index)
             r.relay.join(timeout=10)
-            code = r.proc.returncode if r.proc.returncode >= 0 else sweeps.EXIT_FAILED  # killed by a signal
+            code = r.proc.returncode if r.proc.returncode >= 0 else EXIT_FAILED  # killed by a signal
             self.record(sweeps.Job(index=index, overrides=r.job.shown, code=code, run_dir=_run_dir(r.result)))
             peak = self.guard.peaks.get(index)  # sized by NVML; the floor of the next jobs' estimate
             held = f"; its processes held at most {peak:.0f} MiB of GPU memory" if peak else ""
             say(f"job #{index} {sweeps.STATUS.get(code, 'failed')} (exit {code}){held}")
-            if code == sweeps.EXIT_INTERRUPTED and not self.interrupted:
+            if code == EXIT_INTERRUPTED and not self.interrupted:
                 self.interrupted = f"job #{index} was interrupted"  # as a sequential sweep: no further job starts
 
     @contextmanager

@@ -5,15 +5,8 @@ from __future__ import annotations
 
 import re
 
-GROUP_FLAGS = {"--algo": "algo", "--task": "task", "--sim": "sim", "--execution": "+execution"}
-# flag -> (the key it sets, its metavar)
-VALUE_FLAGS = {
-    "--num-envs": ("task.num_envs", "N"),
-    "--seed": ("training.seed", "N"),
-    "--max-iterations": ("algo.max_iterations", "N"),
-    "--device": ("training.device", "DEV"),
-    "--run-name": ("training.run_name", "NAME"),
-}
+from unilab.config.catalog import GROUP_FLAGS, VALUE_FLAGS, choices
+
 GROUP_KEYS = ("algo", "task", "sim", "execution")
 _SCHEMA_NODE = re.compile(r"\w+_schema\b")
 
@@ -73,8 +66,6 @@ def _reject_schema_nodes(overrides: list[str]) -> None:
         key, eq, value = arg.partition("=")
         group = key.lstrip("+~")
         if eq and group in GROUP_KEYS and (node := _SCHEMA_NODE.search(value)):
-            from .catalog import choices
-
             raise UsageError(f"{group}={node.group(0)}: {node.group(0)} holds the defaults every {group} config "
                              f"starts from and is not a choice; choose one of: {', '.join(choices(group))}")
 

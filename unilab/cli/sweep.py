@@ -14,8 +14,8 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-STATUS = {EXIT_OK: "completed", EXIT_FAILED: "failed", EXIT_USAGE: "refused", EXIT_INTERRUPTED: "interrupted"}
+from unilab.exit_codes import EXIT_COMPLETED, EXIT_INTERRUPTED, STATUS
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")  # `=`, `,` and `/` would not survive a later `training.resume=...`
 MAX_SUFFIX = 120
 
@@ -48,7 +48,7 @@ class Sweep:
     def exit_code(self) -> int:
         if self.interrupted:
             return EXIT_INTERRUPTED
-        return max((job.code or 0 for job in self.jobs), default=EXIT_OK)
+        return max((job.code or 0 for job in self.jobs), default=EXIT_COMPLETED)
 
     def summary(self) -> str:
         jobs = sorted(self.jobs, key=lambda job: job.index)  # a packed sweep records them as they end

@@ -7,9 +7,11 @@ import argparse
 import json
 import sys
 
+from unilab.exit_codes import EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE
+
 
 def _list(args) -> int:
-    from .catalog import catalog, render_list
+    from unilab.config.catalog import catalog, render_list
 
     print(json.dumps(catalog(), indent=2) if args.json else render_list())
     return 0
@@ -29,7 +31,7 @@ def _config_diff(args) -> int:
         a, b = load_run_config(args.run_a), load_run_config(args.run_b)
     except (FileNotFoundError, ValueError) as exc:
         print(f"unilab config diff: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     rows = [r for r in diff_configs(a, b) if not any(r[0] == k or r[0].startswith(k + ".") for k in args.ignore)]
     if args.json:
         print(json.dumps([{"key": k, "a": va, "b": vb} for k, va, vb in rows], indent=2))
@@ -39,7 +41,7 @@ def _config_diff(args) -> int:
         width = max(len(k) for k, _, _ in rows)
         for key, va, vb in rows:
             print(f"{key:<{width}}  {json.dumps(va)} -> {json.dumps(vb)}")
-    return 1 if rows else 0
+    return EXIT_FAILED if rows else EXIT_COMPLETED
 
 
 def _merge_ranks(args) -> int:
@@ -49,11 +51,11 @@ def _merge_ranks(args) -> int:
         missing = merge_rank_dirs(args.run_dir, args.other)
     except (MergeError, OSError, ValueError) as exc:
         print(f"unilab merge-ranks: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if missing:
         print(f"unilab merge-ranks: {args.run_dir}: ranks {', '.join(map(str, missing))} still missing",
               file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     print(f"unilab merge-ranks: {args.run_dir}: every rank is in runtime_manifest.json")
     return 0
 
@@ -151,7 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     from unilab.bench.curves import add_parser as add_plot_parser
     from unilab.mps.cli import add_mps_parser
 
-    add_mps_parser(sub)
+    from .doctor import add_doctor_parser
+
+    add_doctor_parser(add_mps_parser(sub))
     add_bench_parser(sub)
     add_plot_parser(sub)
     return parser
@@ -162,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     if raw[:2] == ["motion", "synth"]:  # the synth tool parses its own options
         code = _motion_synth(argparse.Namespace(rest=raw[2:]))
     elif raw[:2] == ["mps", "doctor"]:  # train overrides, --algo X included, go through untouched
-        from unilab.mps.cli import doctor_main
+        from .doctor import doctor_main
 
         code = doctor_main(raw[2:])
     elif raw[:1] == ["warmup"] and raw[1:2] not in (["-h"], ["--help"]):  # train overrides, likewise

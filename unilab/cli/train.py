@@ -16,7 +16,6 @@ its options and the refusal of a packed bench preset are checked first (unilab.c
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -29,16 +28,12 @@ import hydra
 from omegaconf import DictConfig
 
 from unilab.config import register_configs, register_resolvers
+from unilab.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, STATUS
 
 from . import packing
 from . import sweep as sweeps
 from .short_form import UsageError, expand_short_form
-
-# OmegaConf's message templates and type bookkeeping say nothing a user can act on; Hydra's advice to
-# append an unknown key (`+key=value`) would only add a key the schemas lack, which `train` refuses.
-_NOISE = re.compile(r"\$VALUE|^\s*(reference_type|object_type)=|^To append to your config use \+")
-CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
-EXIT_USAGE = 2
+from .user_errors import CONF_DIR, user_error
 
 
 @dataclass
@@ -68,7 +63,7 @@ def _task(cfg: DictConfig) -> int | None:
     try:
         code = _run_or_show(cfg)
     except Exception as exc:
-        message = _user_error(exc)
+        message = user_error(exc)
         if message is None:
             raise
         print(message, file=sys.stderr)  # here, not after Hydra's "Error executing job" line
@@ -143,21 +138,21 @@ def _sweep_job(cfg: DictConfig, sweep: sweeps.Sweep) -> int | None:
         job.run_dir = str(prepared.run_dir)
         job.code = launch(prepared, cfg)
     except KeyboardInterrupt:
-        job.code = sweeps.EXIT_INTERRUPTED
+        job.code = EXIT_INTERRUPTED
         raise
     except Exception as exc:  # noqa: BLE001 - recorded as this job's failure; the sweep goes on
-        message = _user_error(exc)
+        message = user_error(exc)
         if _PASS.check_only and message is not None:
-            job.refusal, job.code = message, sweeps.EXIT_USAGE
+            job.refusal, job.code = message, EXIT_USAGE
             return job.code
         if message is None:
             traceback.print_exc()
         print(message or f"unilab: job #{job.index} failed: {exc!r}", file=sys.stderr)
-        job.code = sweeps.EXIT_USAGE if message else sweeps.EXIT_FAILED
-    if job.code == sweeps.EXIT_INTERRUPTED:
+        job.code = EXIT_USAGE if message else EXIT_FAILED
+    if job.code == EXIT_INTERRUPTED:
         raise KeyboardInterrupt  # SIGINT/SIGTERM stopped this run: the sweep stops too
     if job.code and sweep.job_index is None:  # a packed job's end is told by its launcher
-        print(f"unilab: job #{job.index} {sweeps.STATUS.get(job.code, 'failed')} (exit {job.code}); "
+        print(f"unilab: job #{job.index} {STATUS.get(job.code, 'failed')} (exit {job.code}); "
               "the sweep goes on", file=sys.stderr)
     return job.code
 
@@ -176,49 +171,6 @@ def _hydra_raises(argv: list[str]):
             os.environ.pop("HYDRA_FULL_ERROR", None)
         else:
             os.environ["HYDRA_FULL_ERROR"] = saved_env
-
-
-def compose_train(overrides: list[str]) -> DictConfig:
-    """The config `train` would compose from these overrides (Hydra's compose API; nothing resolved yet): for
-    the tools that check a train command without running it (`unilab mps doctor`, `unilab warmup`)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    register_configs()
-    register_resolvers()
-    if GlobalHydra.instance().is_initialized():
-        GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="train"):
-        return compose(config_name="train", overrides=overrides)
-
-
-def _user_error(exc: BaseException) -> str | None:
-    """The message to print for an error the user can fix, or None for a bug."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from unilab.config import ConfigError, RequestError
-    from unilab.config.validation import render
-    from unilab.mps import CudaProcessSharingError
-
-    chain: list[BaseException] = []
-    cur: BaseException | None = exc
-    while cur is not None and not any(cur is seen for seen in chain):
-        chain.append(cur)
-        cur = cur.__cause__ or cur.__context__
-    for e in chain:
-        if isinstance(e, RequestError):  # the checks, reached by resolving the config
-            return render(e.error)
-        if isinstance(e, (CudaProcessSharingError, ConfigError)):  # our own message already says what to change
-            return render(e)
-    if any(isinstance(e, (HydraException, OmegaConfBaseException)) for e in chain):
-        lines: list[str] = []
-        for e in chain:
-            for line in str(e).strip().splitlines():
-                if line.strip() and line not in lines and not _NOISE.search(line):
-                    lines.append(line)
-        return "unilab: invalid configuration\n" + "\n".join("  " + line for line in lines)
-    return None
 
 
 _SHOW_FLAGS = {"--cfg": "cfg", "-c": "cfg", "--package": "package", "-p": "package"}
@@ -261,7 +213,7 @@ def _run_app(app, overrides: list[str], job_pass: _Pass) -> None:
     except SystemExit:
         raise
     except Exception as exc:
-        message = _user_error(exc)
+        message = user_error(exc)
         if message is None:
             raise
         print(message, file=sys.stderr)
@@ -295,7 +247,7 @@ def _checked_sweep(app, overrides: list[str], dry_run: bool) -> None:
     with _scratch_sweep_dir(packing.without_launcher(overrides) if packed else overrides) as check_overrides:
         _run_app(app, check_overrides, _Pass(sweep=checked, check_only=True))
     if checked.interrupted:
-        raise SystemExit(sweeps.EXIT_INTERRUPTED)
+        raise SystemExit(EXIT_INTERRUPTED)
     refused = [job for job in checked.jobs if job.refusal]
     if dry_run:
         at_once = f", up to {packed.max_parallel} at once" if packed else ""

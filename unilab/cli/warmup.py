@@ -17,7 +17,8 @@ import sys
 import tempfile
 import time
 
-EXIT_USAGE = 2
+from unilab.exit_codes import EXIT_USAGE
+
 # Iterations past the first update: the losses compile at the first one, the rest check it ran.
 AFTER_FIRST_UPDATE = 3
 # Set by warmup itself; a user's value for them would be overwritten.
@@ -29,7 +30,7 @@ def _iterations(overrides: list[str]) -> int:
     """The first update's iteration plus a few, from the composed and validated config: updates start once the
     replay holds `batch_size` rows and `learning_starts` iterations' worth (unilab.runtime.learner)."""
     from unilab.algos.config import rows_before_first_update
-    from unilab.cli.train import compose_train
+    from unilab.cli.user_errors import compose_train
     from unilab.config import validate
     from unilab.registry import instantiate
 
@@ -42,7 +43,7 @@ def _iterations(overrides: list[str]) -> int:
 
 def warmup(args: argparse.Namespace) -> int:
     from unilab.cli.short_form import UsageError, expand_short_form
-    from unilab.cli.train import _user_error
+    from unilab.cli.user_errors import user_error
     from unilab.kernel_cache import kernel_cache_dirs, kernel_cache_env, size_bytes
 
     try:
@@ -56,7 +57,7 @@ def warmup(args: argparse.Namespace) -> int:
         print(f"unilab warmup: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - an error the user can fix is printed as train prints it
-        message = _user_error(exc)
+        message = user_error(exc)
         if message is None:
             raise
         print(message, file=sys.stderr)

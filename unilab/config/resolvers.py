@@ -11,7 +11,7 @@ HELP_RESOLVER = "unilab_help"
 
 
 def _help():
-    from unilab.cli.catalog import help_text
+    from .catalog import help_text
 
     return help_text()
 

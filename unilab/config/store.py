@@ -21,10 +21,7 @@ def register_configs() -> None:
 
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
-    # `train -m ... hydra/launcher=unilab_packed`: several jobs of a sweep at once (unilab.cli.packed_launcher)
-    from unilab.cli.packing import LAUNCHER, PackedLauncherConf
-
-    cs.store(group="hydra/launcher", name=LAUNCHER, node=PackedLauncherConf, provider="unilab")
+    # `hydra/launcher=unilab_packed`'s node is stored by its plugin (hydra_plugins/unilab_packed_launcher/config.py)
     for group, name, schema in schemas():
         cs.store(group=group, name=f"{name}_schema", node=schema)
     _registered = True

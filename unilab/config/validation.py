@@ -26,7 +26,7 @@ from omegaconf.errors import InterpolationResolutionError, OmegaConfBaseExceptio
 
 from unilab.mps.errors import CudaProcessSharingError
 from unilab.mps.record import CudaProcessSharingEvidence
-from unilab.runtime.world import DistributedContext, WorldError, from_environment
+from unilab.world import DistributedContext, WorldError, from_environment
 
 from .schema import EXECUTION_EVIDENCE_INTERPOLATION, TrainConfig
 

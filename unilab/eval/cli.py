@@ -17,7 +17,9 @@ import json
 import sys
 from pathlib import Path
 
+from unilab.exit_codes import EXIT_USAGE
 from unilab.rundir.layout import EVAL_FILE, is_run_dir
+
 EVAL_SCHEMA = "unilab.eval/1"
 EVALUATED_TASKS = ("g1_walk_flat", "g1_motion_tracking")
 
@@ -124,8 +126,8 @@ def evaluate(run: str, *, checkpoint: str | None = None, suites=("nominal", "rob
     """settings: the task's (walk.WalkEvalSettings or tracking.TrackingEvalSettings); None: its defaults."""
     import torch
 
+    from unilab.atomic import write_json_atomic
     from unilab.registry import instantiate
-    from unilab.rundir.atomic import write_json_atomic
     from unilab.runtime.play import load_learner
     from unilab.tasks import make_env
 
@@ -224,10 +226,10 @@ def _settings(args: argparse.Namespace):
 def main(args: argparse.Namespace) -> int:
     if args.envs_per_command < 1 or not 0 < args.window_s <= args.hold_s:
         print("unilab eval: need --envs-per-command >= 1 and 0 < --window-s <= --hold-s", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if args.parts < 0:
         print(f"unilab eval: --parts {args.parts}: need a count >= 0", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     suites = ("nominal", "robust") if args.suite == "all" else (args.suite,)
     try:
         settings = _settings(args)
@@ -235,6 +237,6 @@ def main(args: argparse.Namespace) -> int:
                           settings=settings, out=args.out)
     except EvalInputError as exc:
         print(f"unilab eval: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     print(json.dumps(report, indent=2) if args.json else format_table(report, args.parts))
     return 0

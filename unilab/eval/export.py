@@ -3,8 +3,8 @@
 RUN is a run directory (finished or interrupted: its latest checkpoint) or a checkpoint file inside one
 (the run's run_config.json is read from beside its checkpoints/ folder). The ONNX model maps `obs` to the
 deterministic `action` in [-1, 1], the observation normaliser included; its metadata_props say how to
-build the observation and how to turn the action into PD targets (METADATA_KEYS; lists and numbers as
-JSON). Bad input (not a run, no checkpoint, a checkpoint that does not fit, an unknown format) exits 2
+build the observation and how to turn the action into PD targets (unilab.rundir.policy.METADATA_KEYS; lists
+and numbers as JSON). Bad input (not a run, no checkpoint, a checkpoint that does not fit, an unknown format) exits 2
 and writes nothing.
 """
 
@@ -15,70 +15,15 @@ import json
 import sys
 from pathlib import Path
 
+from unilab.exit_codes import EXIT_FAILED, EXIT_USAGE
+
 from .cli import EvalInputError, check_inputs
 
 FORMATS = ("onnx",)
-METADATA_SCHEMA = "unilab.policy/1"
-METADATA_KEYS = (
-    "schema", "unilab_version", "task", "algo", "checkpoint", "iteration", "env_steps", "control_dt",
-    "obs_dim", "action_dim", "joint_names", "default_joint_pos", "action_bounds", "action_scale",
-    "action_span_low", "action_span_high", "action_to_target", "kp", "kd", "observation_names",
-    "observation_sizes", "observation_scales", "observation_clip",
-)
-
-
-def _floats(values) -> list[float]:
-    return [float(f"{float(v):.7g}") for v in values]
-
-
-def env_description(env) -> dict:
-    """The env's part of the metadata (joints in actuator order, gains from the MuJoCo model, the
-    observation layout): the collector sends it to the learner, which exports at the end of training."""
-    m = env.mj_model
-    low, high = env.action_spans()
-    layout = env.policy_obs_layout()
-    clip = getattr(getattr(env.cfg, "observations", None), "clip", None)
-    bounds = str(getattr(env.cfg, "action_bounds", "uniform"))
-    return {
-        "control_dt": float(f"{env.dt:.7g}"),
-        "obs_dim": int(env.obs_dim),
-        "action_dim": int(env.action_dim),
-        "joint_names": [m.joint(int(j)).name for j in m.actuator_trnid[:, 0]],
-        "default_joint_pos": _floats(env.default_joint_pos.tolist()),
-        "action_bounds": bounds,
-        "action_scale": float(env.action_scale) if bounds == "uniform" else None,  # null: per-joint spans
-        "action_span_low": _floats(low.tolist()),
-        "action_span_high": _floats(high.tolist()),
-        "action_to_target": env.action_to_target,
-        "kp": _floats(m.actuator_gainprm[:, 0]),
-        "kd": _floats(-m.actuator_biasprm[:, 2]),
-        "observation_names": [name for name, _, _ in layout],
-        "observation_sizes": [size for _, size, _ in layout],
-        "observation_scales": _floats(scale for _, _, scale in layout),
-        "observation_clip": None if clip is None else float(clip),
-    }
-
-
-def metadata_props(description: dict, config: dict, *, checkpoint: str, iteration: int,
-                   env_steps: int) -> dict[str, str]:
-    """metadata_props of an exported policy: who made it, from which checkpoint, and the env's description."""
-    import unilab
-
-    values = {
-        "schema": METADATA_SCHEMA,
-        "unilab_version": unilab.__version__,
-        "task": config["task"]["name"],
-        "algo": config["algo"]["name"],
-        "checkpoint": checkpoint,
-        "iteration": int(iteration),
-        "env_steps": int(env_steps),
-        **description,
-    }
-    assert tuple(values) == METADATA_KEYS and sum(values["observation_sizes"]) == values["obs_dim"]
-    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
-
-
 def policy_metadata(env, config: dict, state: dict, checkpoint: Path) -> dict[str, str]:
+    from unilab.rundir.policy import metadata_props
+    from unilab.tasks.common.metadata import env_description
+
     return metadata_props(env_description(env), config, checkpoint=checkpoint.resolve().name,
                           iteration=state["iteration"], env_steps=state.get("env_steps", 0))
 
@@ -129,9 +74,9 @@ def main(args: argparse.Namespace) -> int:
         out = export(args.run, checkpoint=args.checkpoint, fmt=args.format, out=args.out)
     except EvalInputError as exc:
         print(f"unilab export: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     except RuntimeError as exc:  # a missing onnx package
         print(f"unilab export: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     print(f"unilab export: wrote {out}")
     return 0

@@ -3,7 +3,7 @@
 The launching process never imports torch or Warp: the children are fresh interpreters
 (spawn), and their environment (MPS variables included) is fixed before they start.
 It starts every rank of `training.devices` on this host, or, under torchrun or srun, the one rank the
-cluster launcher made of it; either way each rank is described by a DistributedContext (unilab.runtime.world).
+cluster launcher made of it; either way each rank is described by a DistributedContext (unilab.world).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from unilab.exit_codes import EXIT_COMPLETED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from unilab.kernel_cache import kernel_cache_env
 from unilab.mps import CudaProcessSharingError, Prerequisite, verify_mps_clients
 from unilab.mps.child_env import child_device_and_env, environ
@@ -30,13 +31,11 @@ from unilab.rundir.summary import RunSummary, mean_env_steps_per_s
 from unilab.runtime.child_log import stderr_log_name
 from unilab.runtime.protocol import Ready
 from unilab.runtime.spec import RoleSpec
-from unilab.runtime.world import DistributedContext, single_host
+from unilab.world import DistributedContext, single_host
 
 from .console import Console
 from .prepare import PreparedRun
 from .supervisor import STOP_GRACE_S, Supervisor
-
-EXIT_COMPLETED, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 @dataclass

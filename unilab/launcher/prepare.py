@@ -21,7 +21,7 @@ from unilab.rundir.layout import is_run_dir, rank_dir
 from unilab.rundir.manifest import RuntimeManifest
 from unilab.rundir.provenance import source_evidence, version_evidence
 from unilab.rundir.run_config import write_run_config
-from unilab.runtime.world import DistributedContext
+from unilab.world import DistributedContext
 
 
 @dataclass

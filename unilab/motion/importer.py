@@ -24,6 +24,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from unilab.exit_codes import EXIT_USAGE
 from unilab.motion.clip import MotionClip, save_motion_clip
 
 CSV_ROOT_COLUMNS = 3 + 4
@@ -383,10 +384,10 @@ def main(args) -> int:
     if args.out.is_dir():
         print(f"unilab motion import: --out {args.out}: is a directory; give a file name, e.g. "
               f"{args.out / 'clip.npz'}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if args.out_fps is not None and not (math.isfinite(args.out_fps) and args.out_fps > 0):
         print(f"unilab motion import: --out-fps {args.out_fps}: expected a positive number", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         clip = import_motion(args.src, fmt=args.fmt, fps=args.fps, quat_order=args.quat_order,
                              clip_to_limits=args.clip_to_limits, out_fps=args.out_fps,
@@ -394,12 +395,12 @@ def main(args) -> int:
                              warn=say("warning: "), info=lambda msg: print(msg))
     except MotionImportError as exc:
         say("")(str(exc))
-        return 2
+        return EXIT_USAGE
     try:
         path = save_motion_clip(clip, args.out)
     except OSError as exc:
         say("")(f"--out {args.out}: {exc.strerror or exc}")
-        return 2
+        return EXIT_USAGE
     print(f"wrote {path}: {clip.num_frames} frames at {clip.fps:g} fps ({clip.duration:.2f} s), "
           f"{len(clip.body_names)} bodies")
     return 0

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from unilab.exit_codes import EXIT_USAGE
 from unilab.motion.clip import MotionClip, MotionClipError, clip_from_arrays
 from unilab.motion.feet import BELOW_FLOOR_M, longest_run, sole_heights
 
@@ -145,7 +146,7 @@ def main(args) -> int:
         all_stats = [motion_stats(load_any_clip(f)) for f in files]
     except MotionClipError as exc:
         print(f"unilab motion info: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if args.file.is_dir():
         print(json.dumps(all_stats, indent=2) if args.json else render_table(all_stats))
     else:

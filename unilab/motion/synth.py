@@ -24,6 +24,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from unilab.exit_codes import EXIT_USAGE
 from unilab.motion.clip import MotionClip, save_motion_clip
 from unilab.sim.headless import mujoco
 
@@ -375,7 +376,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         path = save_motion_clip(clip, args.out)
     except OSError as exc:
         print(f"unilab motion synth: --out {args.out}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     print(f"wrote {path}: {clip.num_frames} frames at {clip.fps:g} fps ({clip.duration:.2f} s), "
           f"{clip.num_joints} joints, {len(clip.body_names)} bodies")
     return 0

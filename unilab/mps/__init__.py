@@ -7,7 +7,8 @@
 - nvml, control: GPU identity through NVML and the `nvidia-cuda-mps-control` client; neither
   creates a CUDA context.
 - layout: the one directory convention for daemons (the probe's fixes and `unilab mps start`).
-- host, daemon, status, doctor, cli: `unilab mps start|status|env|doctor|stop`.
+- host, daemon, status, cli: `unilab mps start|status|env|stop` (`unilab mps doctor`, which composes a train
+  config, is unilab.cli.doctor).
 - child_env: the environment the learner and collector start with.
 - gemm_check: the half-precision self-check of a process under an MPS thread share (imports torch
   when called; nothing else here does).

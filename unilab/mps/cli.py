@@ -46,21 +46,6 @@ def _env(args) -> int:
     return 0
 
 
-def doctor_main(argv: list[str]) -> int:
-    if argv[:1] in (["-h"], ["--help"]):
-        print("usage: unilab mps doctor [train overrides ...]\n\n"
-              "Runs the execution probe of `train` for the composed config (e.g. +execution=mps) without\n"
-              "creating anything: prints the evidence JSON (exit 0) or train's diagnostic (exit 2).")
-        return 0
-    from .doctor import doctor
-
-    return doctor(argv)
-
-
-def _doctor(args) -> int:
-    return doctor_main(args.overrides)
-
-
 def _which(parser: argparse.ArgumentParser, pipe_dir: bool = True) -> None:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--gpu", metavar="UUID|INDEX", help="GPU by NVML index or (prefix of) UUID")
@@ -68,7 +53,8 @@ def _which(parser: argparse.ArgumentParser, pipe_dir: bool = True) -> None:
         group.add_argument("--pipe-dir", metavar="D", help="the daemon's pipe directory")
 
 
-def add_mps_parser(sub) -> None:
+def add_mps_parser(sub):
+    """The `unilab mps` parser; returns its actions, to which `unilab` adds `doctor`."""
     mps = sub.add_parser("mps", help="start/stop/inspect a user-owned CUDA MPS control daemon; run the probe")
     msub = mps.add_subparsers(dest="action", required=True)
 
@@ -96,14 +82,10 @@ def add_mps_parser(sub) -> None:
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(func=_guarded(_status))
 
-    doctor = msub.add_parser("doctor", help="run train's execution probe for a config (unilab mps doctor --help)",
-                             add_help=False)
-    doctor.add_argument("overrides", nargs=argparse.REMAINDER)
-    doctor.set_defaults(func=_guarded(_doctor))
-
     env = msub.add_parser("env", help="print the export lines for a daemon started by `unilab mps start`")
     _which(env)
     env.set_defaults(func=_guarded(_env))
+    return msub
 
 
 def _guarded(func):

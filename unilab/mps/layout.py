@@ -37,7 +37,7 @@ from typing import Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from unilab.rundir.atomic import write_json_atomic
+from unilab.atomic import write_json_atomic
 
 from .control import CONTROL_BINARY
 from .errors import MpsToolError

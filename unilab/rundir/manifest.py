@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from unilab import __version__
 from unilab.mps.record import CudaProcessSharingEvidence
 
-from .atomic import write_json_atomic
+from unilab.atomic import write_json_atomic
 from .layout import MANIFEST_FILE
 from .provenance import SourceEvidence, VersionEvidence
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 
-from .atomic import write_json_atomic
+from unilab.atomic import write_json_atomic
 from .layout import RUN_CONFIG_FILE
 
 def write_run_config(run_dir: str | os.PathLike, config: dict[str, Any]) -> Path:

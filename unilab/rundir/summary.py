@@ -7,7 +7,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, Field
 
-from .atomic import write_json_atomic
+from unilab.atomic import write_json_atomic
 from .layout import SUMMARY_FILE
 from .metrics import MetricsError, read_metrics
 

@@ -109,7 +109,7 @@ class Collector:
         self.slot_ready = [CrossProcessEvent(device) for _ in self.slots]
         policy_env = None
         if self.spec.training.get("export_onnx") and self.spec.rank == 0:
-            from unilab.eval.export import env_description
+            from unilab.tasks.common.metadata import env_description
 
             policy_env = env_description(env)
         self.to_learner.put(Buffers(dims, self.obs_buf, self.act_buf, self.slots, self.obs_ready.handle(),

@@ -19,14 +19,14 @@ import traceback
 from collections import deque
 
 from unilab.algos.config import rows_before_first_update
+from unilab.algos.transition import TRANSITION_FIELDS
 from unilab.mps.gemm_check import check_under_thread_share, weight_products
 from unilab.rundir.layout import POLICY_ONNX_FILE
 
 from .child_log import leave, log_stderr
 from .messages import Mailbox, ParentGone, StopRequested, become_child, wait_event, why_stopped
-from .protocol import (LEARNER_INBOX, LOSSES, ROLLING_EPISODES, TRANSITION_FIELDS, Act, Buffers, ChunkReady, Failed,
-                       Finished, IterationStats, LearnerEvents, Obs, Phase, Progress, SlotFree, Stop, WorldFailed,
-                       last_line)
+from .protocol import (LEARNER_INBOX, LOSSES, ROLLING_EPISODES, Act, Buffers, ChunkReady, Failed, Finished,
+                       IterationStats, LearnerEvents, Obs, Phase, Progress, SlotFree, Stop, WorldFailed, last_line)
 from .spec import RoleSpec, report_ready
 
 
@@ -211,7 +211,6 @@ class LearnerLoop:
     def _build_learner(self) -> None:
         """The algorithm's learner (checked under the MPS thread share), restored when resuming."""
         from unilab.algos.base import make_learner
-
         from unilab.rundir.checkpoint import load_checkpoint
 
         spec, dims, device, algo = self.spec, self.dims, self.device, self.spec.algo
@@ -342,7 +341,7 @@ class LearnerLoop:
             self._log_oldest(timeout)
         self.save()
         if self.spec.training.get("export_onnx") and self.spec.rank == 0:
-            from unilab.eval.export import metadata_props
+            from unilab.rundir.policy import metadata_props
             from unilab.rundir.checkpoint import checkpoint_name
 
             meta = metadata_props(self.policy_env, self.spec.config, checkpoint=checkpoint_name(self.iteration),

@@ -16,8 +16,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from unilab.exit_codes import EXIT_USAGE
 from unilab.rundir.layout import PLAY_FILE
-
 
 AGENTS = ("policy", "zero", "random")
 
@@ -30,8 +30,8 @@ def play(run_dir: str | Path, config: dict, device: str, *, checkpoint: str | No
     bounds [-1, 1] (sanity checks that need no checkpoint). `watch` (unilab.viz.watch) sees every state."""
     import torch
 
+    from unilab.atomic import write_json_atomic
     from unilab.registry import instantiate
-    from unilab.rundir.atomic import write_json_atomic
     from unilab.tasks import make_env
     from unilab.viz.watch import WatchClosed
 
@@ -196,7 +196,7 @@ def main(args) -> int:
     for flag, value in numbers:
         if value is not None and value <= 0:
             print(f"unilab play: {flag} {value}: expected a positive number", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
     try:
         watch = _watcher(args) if video is not None or viewer else None
         from unilab.rundir.run_config import load_run_config
@@ -208,7 +208,7 @@ def main(args) -> int:
                       agent=getattr(args, "agent", "policy"), watch=watch)
     except (OSError, ValueError) as exc:
         print(f"unilab play: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     except RuntimeError as exc:
         from unilab.viz.gl import HeadlessGLUnavailable
         from unilab.viz.video import VideoExtraMissing
@@ -216,7 +216,7 @@ def main(args) -> int:
         if not isinstance(exc, (HeadlessGLUnavailable, VideoExtraMissing)):
             raise
         print(f"unilab play: {exc}", file=sys.stderr)  # what to install: a usage error, not a crash
-        return 2
+        return EXIT_USAGE
     print(describe(report))
     print(json.dumps(report, indent=2))
     print(f"unilab play: report -> {out}", file=sys.stderr)

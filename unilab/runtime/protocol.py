@@ -12,15 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-# One transition as the collector writes it into a replay-ingress slot and the learner adds it to its replay.
-TRANSITION_FIELDS = ("obs", "critic_obs", "action", "reward", "next_obs", "next_critic_obs", "terminated")
 MAX_TASK_METRICS = 48  # per-chunk means of the env's rew/*, term/* and metrics/* terms
-
-
-def transition_shapes(obs_dim: int, critic_obs_dim: int, action_dim: int) -> dict[str, tuple[int, ...]]:
-    """The shape of one row of each transition field (() for a scalar), in TRANSITION_FIELDS order."""
-    shapes = ((obs_dim,), (critic_obs_dim,), (action_dim,), (), (obs_dim,), (critic_obs_dim,), ())
-    return dict(zip(TRANSITION_FIELDS, shapes, strict=True))
 
 
 def last_line(text: str | None, max_chars: int | None = None) -> str:
@@ -111,7 +103,7 @@ class Buffers:
     slots: list  # dicts of tensors: TRANSITION_FIELDS, episode_stats, task_metrics
     obs_ready: bytes | None  # interprocess event handles (None on the CPU)
     slot_ready: list
-    policy_env: dict | None = None  # unilab.eval.export.env_description: the metadata of an end-of-run export
+    policy_env: dict | None = None  # unilab.tasks.common.metadata.env_description: the metadata of an end-of-run export
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,9 @@ from typing import Callable
 
 import torch.distributed as dist
 
+from unilab.world import DistributedContext
+
 from .protocol import WorldFailed, last_line
-from .world import DistributedContext
 
 BEAT_S = 0.5
 SILENT_AFTER_S = 10.0

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
+from unilab.algos.transition import transition_shapes
+
 from .messages import flush
-from .protocol import EPISODE_STATS, MAX_TASK_METRICS, Released, transition_shapes
+from .protocol import EPISODE_STATS, MAX_TASK_METRICS, Released
 
 # How long a stopping child waits for its peer's Released before it exits anyway: well inside the launcher's
 # STOP_GRACE_S, and enough for a peer that is saving (it releases before it saves).

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from .world import ONE_RANK, DistributedContext, rank_seed
+from unilab.world import ONE_RANK, DistributedContext, rank_seed
 
 
 @dataclass

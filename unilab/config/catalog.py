@@ -1,5 +1,5 @@
 """What `train` can be told to use: the config groups' choices (conf/<group>/*.yaml and the registry's members)
-for `unilab list`, `train --help` and the short form's checks. The schema nodes that ConfigStore holds as
+and the short form's flags, for `unilab list`, `train --help` and the short form's checks. The schema nodes that ConfigStore holds as
 `<group>/<name>_schema` are the defaults a choice's file starts from, never a choice themselves."""
 
 from __future__ import annotations
@@ -16,6 +16,16 @@ GROUPS = {
     "execution": "execution mode, opt-in: +execution=NAME",
     "preset": "a bundle of overrides: +preset=NAME",
     "bench": "a benchmark setting: +bench=NAME",
+}
+# The short form: `train --algo X --task Y` -> algo=X task=Y (unilab.cli.short_form expands it)
+GROUP_FLAGS = {"--algo": "algo", "--task": "task", "--sim": "sim", "--execution": "+execution"}
+# flag -> (the key it sets, its metavar)
+VALUE_FLAGS = {
+    "--num-envs": ("task.num_envs", "N"),
+    "--seed": ("training.seed", "N"),
+    "--max-iterations": ("algo.max_iterations", "N"),
+    "--device": ("training.device", "DEV"),
+    "--run-name": ("training.run_name", "NAME"),
 }
 
 
@@ -67,8 +77,6 @@ def render_list(conf_dir: Path = CONF_DIR) -> str:
 
 def help_text() -> str:
     """`train --help` (hydra.help.template). No dollar sign: Hydra's template substitution would read it."""
-    from .short_form import GROUP_FLAGS, VALUE_FLAGS
-
     groups = "\n".join(f"  {group:<10} {', '.join(choices(group))}" for group in GROUPS)
     flags = [(f"{flag} NAME", f"{key}=NAME") for flag, key in GROUP_FLAGS.items()]
     flags += [(f"{flag} {meta}", f"{key}={meta}") for flag, (key, meta) in VALUE_FLAGS.items()]
