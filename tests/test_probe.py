@@ -309,7 +309,9 @@ def test_a_cancelled_client_verification_verifies_nothing(host, daemon, fake_hos
         daemon.servers.clear()
         if verified:
             daemon.servers[5000] = [101, 102]
-        prepared = SimpleNamespace(config={"training": {"mps_attach_timeout_s": 5.0}}, manifest=Manifest(),
+        prepared = SimpleNamespace(config=SimpleNamespace(training=SimpleNamespace(mps_attach_timeout_s=5.0,
+                                                                                   block_ambient_mps=False)),
+                                   manifest=Manifest(),
                                    role_mps_env={}, run_dir=None, own_dir=None)
         out = io.StringIO()
         assert _verify(prepared, ranks, ready, cancelled=cancelled, console=Console(stream=out)) is None

@@ -10,12 +10,13 @@ import time
 import pytest
 import torch
 
-from unilab.runtime.messages import Mailbox, StallError, StopRequested, flush
-from unilab.runtime.shared import leave_peer
 from unilab.algos.transition import TRANSITION_FIELDS, transition_shapes
+from unilab.runtime.messages import Mailbox, StallError, StopRequested, flush
 from unilab.runtime.protocol import (COLLECTOR_INBOX, EPISODE_STATS, LAUNCHER_INBOX, LEARNER_INBOX, LOSSES,
-                                     MAX_TASK_METRICS, Act, Buffers, ChunkReady, Failed, Finished, IterationStats,
-                                     LearnerEvents, Obs, ProtocolError, Ready, Released, SlotFree, Stop, last_line)
+                                     MAX_TASK_METRICS, PLAY_INBOX, Act, Buffers, ChunkReady, Failed, Finished,
+                                     IterationStats, LearnerEvents, Obs, ProtocolError, Ready, Released, SlotFree, Stop,
+                                     last_line)
+from unilab.runtime.shared import leave_peer
 
 LONG = 120.0  # a stall timeout the tests must never wait for
 
@@ -28,10 +29,12 @@ def mailbox(accepts, *messages) -> Mailbox:
 
 
 def test_every_message_type_belongs_to_exactly_one_inbox():
-    inboxes = [LAUNCHER_INBOX, LEARNER_INBOX, COLLECTOR_INBOX]
-    # Released goes both ways between the learner and the collector; every other type has one receiver.
+    inboxes = [LAUNCHER_INBOX, LEARNER_INBOX, COLLECTOR_INBOX, PLAY_INBOX]
+    # Released goes both ways between the learner and the collector; the launcher hears Failed from its roles and
+    # from the end-of-run play; every other type has one receiver.
     assert Released in LEARNER_INBOX and Released in COLLECTOR_INBOX and Released not in LAUNCHER_INBOX
-    kinds = [kind for inbox in inboxes for kind in inbox if kind is not Released] + [Released]
+    assert Failed in LAUNCHER_INBOX and Failed in PLAY_INBOX
+    kinds = [kind for inbox in inboxes for kind in inbox if kind not in (Released, Failed)] + [Released, Failed]
     import dataclasses
 
     import unilab.runtime.protocol as protocol

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -479,7 +480,7 @@ class _ExitedProcess:
 
 
 class _Spec:
-    startup_timeout_s = 60.0
+    training = SimpleNamespace(startup_timeout_s=60.0)
 
     @staticmethod
     def name(role: str) -> str:

@@ -319,7 +319,8 @@ def test_manifest_devices_are_the_placement(tmp_path, spies):
     assert sharing["learner_device"] == sharing["collector_device"] == "cpu"
     (prepared, _cfg), _ = spies[0].calls[0]
     assert prepared.rank_devices == ["cpu"]
-    assert "learner_device" not in prepared.config["training"] and "collector_device" not in prepared.config["training"]
+    assert "learner_device" not in prepared.config.values["training"]
+    assert "collector_device" not in prepared.config.values["training"]
 
 
 @pytest.mark.parametrize("where", ["file", "under_a_file", "read_only"])
@@ -370,6 +371,21 @@ def untouched(run) -> bool:
     return not (run / "segments").exists()
 
 
+def test_both_roles_start_at_the_resumed_iteration(resumable):
+    """The resume point is read once and handed to both roles: the learner's restore and metrics, and the
+    collector's clip numbering (videos/iter_N), start at the checkpoint's iteration, not at 0."""
+    from unilab.launcher.launch import _role_spec
+    from unilab.world import ONE_RANK
+
+    run, launcher = resumable
+    assert resume(run) == 0
+    ((prepared, _cfg), _kwargs) = launcher.calls[0]
+    spec = _role_spec(prepared, "cpu", ONE_RANK)
+    assert spec.resume.iteration == 20 and spec.start_iteration == 20
+    assert spec.resume.checkpoint.endswith("iter_0000020.pt")
+    assert spec.training.seed == prepared.config.training.seed and spec.task.num_envs == prepared.config.task.num_envs
+
+
 def test_resume_tolerates_a_torn_last_metrics_line(resumable):
     run, launcher = resumable
     with open(run / "metrics.jsonl", "a") as f:
@@ -408,7 +424,7 @@ def test_resume_falls_back_from_a_corrupt_latest_checkpoint(resumable, capsys):
     newest.write_bytes(newest.read_bytes()[:64])
     assert resume(run) == 0
     ((prepared, _cfg), _kwargs) = launcher.calls[0]
-    assert prepared.resume_checkpoint == str(run / "checkpoints" / "iter_0000010.pt")
+    assert prepared.resume.checkpoint == str(run / "checkpoints" / "iter_0000010.pt") and prepared.resume.iteration == 10
     assert "resuming from iter_0000010.pt instead" in capsys.readouterr().err
     assert any("iter_0000010.pt instead" in note for note in prepared.notes)  # for run_summary.json
 
@@ -671,7 +687,7 @@ def test_ctrl_c_outside_a_run_stops_the_sweep(tmp_path, sweep_launcher, capsys, 
     real, seen = prepare_mod.prepare_run, []
 
     def prepare(request, **kw):
-        seen.append(request.config["training"]["seed"])
+        seen.append(request.config.training.seed)
         if len(seen) == 2:
             raise KeyboardInterrupt
         return real(request, **kw)

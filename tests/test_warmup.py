@@ -7,6 +7,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -50,7 +51,7 @@ def test_the_children_start_with_the_cache_variables(tmp_path, monkeypatch):
             return object()
 
     class Prepared:
-        config = {"training": {"device": "cpu"}}
+        config = SimpleNamespace(training=SimpleNamespace(device="cpu", block_ambient_mps=False))
         rank_devices = ["cpu"]
         rank_evidence = [type("E", (), {"configured": None})()]
         run_dir = tmp_path

@@ -32,13 +32,11 @@ def _iterations(overrides: list[str]) -> int:
     from unilab.algos.config import rows_before_first_update
     from unilab.cli.user_errors import compose_train
     from unilab.config import validate
-    from unilab.registry import instantiate
 
     config = validate(compose_train(overrides)).config
-    algo = instantiate("algo", config["algo"])
-    per_iteration = int(config["task"]["num_envs"]) * int(config["training"]["env_steps_per_sync"])
-    fill = rows_before_first_update(algo, per_iteration)
-    return max(int(algo.learning_starts), -(-fill // per_iteration)) + AFTER_FIRST_UPDATE
+    per_iteration = config.task.num_envs * config.training.env_steps_per_sync
+    fill = rows_before_first_update(config.algo, per_iteration)
+    return max(config.algo.learning_starts, -(-fill // per_iteration)) + AFTER_FIRST_UPDATE
 
 
 def warmup(args: argparse.Namespace) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from dataclasses import dataclass, field, fields
 from enum import Enum
@@ -12,7 +11,6 @@ from typing import Any, List, Optional
 from omegaconf import MISSING
 
 from unilab.checks import at_least_one, positive_finite, require
-from unilab.viz.gl import require_gl_for
 
 VALIDATE_RESOLVER = "unilab.validate"
 
@@ -124,7 +122,6 @@ class TrainingConfig(ExecutionConfig):
         at_least_one("training", self, ("env_steps_per_sync", "ingress_slots"))
         require(self.video_interval is None or self.video_interval >= 1, "training.video_interval",
                 self.video_interval, "null (off) or a number of iterations >= 1")
-        require_gl_for("training.video_interval", self.video_interval)  # the clips need OpenGL; training does not
         for key in timeout_keys():  # inf would wait for ever, 0 or less never waits
             positive_finite(f"training.{key}", getattr(self, key))
         if self.run_name:
@@ -138,9 +135,6 @@ class TrainingConfig(ExecutionConfig):
             require(name in LOGGERS, "training.logger", list(self.logger), allowed)
         require(len(set(self.logger)) == len(self.logger), "training.logger", list(self.logger), allowed)
         require(self.wandb_mode in WANDB_MODES, "training.wandb_mode", self.wandb_mode, " or ".join(WANDB_MODES))
-        # Checked before anything exists: the learner would otherwise find it missing after the run started.
-        require("wandb" not in self.logger or importlib.util.find_spec("wandb") is not None, "training.logger",
-                list(self.logger), f"loggers whose packages are installed (wandb is not: {WANDB_EXTRA_HINT})")
 
 
 @dataclass

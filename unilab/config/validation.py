@@ -17,6 +17,7 @@ Every entry point reaches it before anything exists:
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,9 +29,9 @@ from unilab.mps.errors import CudaProcessSharingError
 from unilab.mps.record import CudaProcessSharingEvidence
 from unilab.world import DistributedContext, WorldError, from_environment
 
-from .schema import EXECUTION_EVIDENCE_INTERPOLATION, TrainConfig
+from .run import GROUP_KEYS, RunConfig, typed_group
+from .schema import EXECUTION_EVIDENCE_INTERPOLATION, WANDB_EXTRA_HINT, TrainConfig, TrainingConfig
 
-GROUP_KEYS = ("algo", "task", "sim", "training")
 COMPUTED_KEY = "execution_evidence"  # what the probe found: in runtime_manifest.json, not run_config.json
 MPS_PRIORITY_LEVEL = {"normal": "0", "below_normal": "1"}  # CUDA_MPS_CLIENT_PRIORITY values
 
@@ -65,7 +66,7 @@ def render(error: ConfigError | CudaProcessSharingError) -> str:
 class ValidatedRequest:
     """A request every check passed: what the launcher consumes."""
 
-    config: dict[str, Any]  # resolved values of algo, task, sim, training (run_config.json)
+    config: RunConfig  # every group typed, with the resolved values (run_config.json)
     rank_devices: list[str]
     rank_evidence: list[CudaProcessSharingEvidence]  # the probe's, one per rank
     role_mps_env: dict[str, dict[str, str]] = field(default_factory=dict)  # role -> CUDA_MPS_* variables
@@ -86,7 +87,7 @@ def validate(cfg: DictConfig) -> ValidatedRequest:
     CudaProcessSharingError."""
     _check_top_level(cfg)
     config = {"training": _resolved(cfg, "training")}
-    check_config(config, groups=("training",))
+    check_host(check_config(config, groups=("training",))["training"])
     training = config["training"]
     world = cluster_rank(training, os.environ)
     timeout_s = float(training["mps_probe_timeout_s"])
@@ -94,10 +95,11 @@ def validate(cfg: DictConfig) -> ValidatedRequest:
     devices = [cluster_rank_device(training, world)] if world else rank_devices(training)
     evidence = _probe(training["cuda_process_sharing"], devices[0], config["sim"].get("backend"), timeout_s)
     config.update({key: _resolved(cfg, key) for key in ("algo", "task")})
-    check_config(config)
+    typed = check_config(config)
     mps_env = role_mps_env(training)
     check_gpus_visible(devices)
-    return ValidatedRequest(config={key: config[key] for key in GROUP_KEYS}, rank_devices=devices,
+    run_config = RunConfig(**typed, values={key: config[key] for key in GROUP_KEYS})
+    return ValidatedRequest(config=run_config, rank_devices=devices,
                             rank_evidence=_rank_evidence(evidence, devices, timeout_s), role_mps_env=mps_env,
                             world=world)
 
@@ -133,25 +135,37 @@ def _probe(requested, device: str, backend, timeout_s: float) -> CudaProcessShar
     return probe.probe_cuda_process_sharing(requested, device, device, backend=backend, timeout_s=timeout_s)
 
 
-def check_config(config: dict, groups: tuple[str, ...] | None = None) -> None:
+def check_config(config: dict, groups: tuple[str, ...] | None = None) -> dict[str, Any]:
     """Every group's own checks on its values (its schema's `__post_init__`: ranges, choices, files), and
-    keys the schemas lack (`+training.typo=1` adds one past Hydra). `groups`: only these (default: all)."""
+    keys the schemas lack (`+training.typo=1` adds one past Hydra). `groups`: only these (default: all).
+    Returns each group's dataclass (what the run reads)."""
     from omegaconf.errors import ConfigKeyError
 
-    from unilab.config.schema import TrainingConfig
-    from unilab.registry import instantiate
-
+    typed = {}
     for group in groups or GROUP_KEYS:
         try:
-            if group == "training":
-                OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainingConfig), config[group]))
-            else:
-                instantiate(group, config[group])
+            typed[group] = typed_group(group, config[group])
         except ConfigKeyError as exc:
             raise ConfigError(f"{group}.{exc.full_key}: no such key in the {group} schema (a typo? "
                               f"`train --cfg job` lists the keys)") from None
         except (ValueError, OmegaConfBaseException) as exc:
             raise ConfigError(_message(exc)) from None
+    return typed
+
+
+def check_host(training: TrainingConfig) -> None:
+    """What the training settings need of this host, checked before anything exists (the schema checks values
+    alone, so that a recorded run_config.json reads back on any host): OpenGL for training clips, the wandb
+    package for its logger."""
+    from unilab.checks import require
+    from unilab.viz.gl import require_gl_for
+
+    try:
+        require_gl_for("training.video_interval", training.video_interval)  # the clips need OpenGL; training does not
+        require("wandb" not in training.logger or importlib.util.find_spec("wandb") is not None, "training.logger",
+                list(training.logger), f"loggers whose packages are installed (wandb is not: {WANDB_EXTRA_HINT})")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def role_mps_env(training: dict) -> dict[str, dict[str, str]]:

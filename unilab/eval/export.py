@@ -11,7 +11,6 @@ and writes nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -24,8 +23,9 @@ def policy_metadata(env, config: dict, state: dict, checkpoint: Path) -> dict[st
     from unilab.rundir.policy import metadata_props
     from unilab.tasks.common.metadata import env_description
 
-    return metadata_props(env_description(env), config, checkpoint=checkpoint.resolve().name,
-                          iteration=state["iteration"], env_steps=state.get("env_steps", 0))
+    return metadata_props(env_description(env), task=str(config["task"]["name"]), algo=str(config["algo"]["name"]),
+                          checkpoint=checkpoint.resolve().name, iteration=state["iteration"],
+                          env_steps=state.get("env_steps", 0))
 
 
 def export(run: str, *, checkpoint: str | None = None, fmt: str = "onnx", out: str | None = None) -> Path:

@@ -17,6 +17,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -49,7 +50,7 @@ class _Rank:
 
 
 def launch(prepared: PreparedRun, cfg: DictConfig) -> int:
-    training = prepared.config["training"]
+    training = prepared.config.training
     ctx = mp.get_context("spawn")
     to_launcher = ctx.Queue()
     stop_event, go_event = ctx.Event(), ctx.Event()
@@ -76,7 +77,7 @@ def launch(prepared: PreparedRun, cfg: DictConfig) -> int:
         summary = _summary(supervisor, started, prepared.own_dir)
         summary.notes[:0] = prepared.notes  # the resume's (a corrupt latest.pt passed over); prepared.lock holds run.lock
         summary.notes += _gather_ranks(prepared)
-        play = (summary.status == "completed" and not training.get("no_play", True) and not interrupted()
+        play = (summary.status == "completed" and not training.no_play and not interrupted()
                 and ranks[0].spec.rank == 0)  # one play per run: rank 0's
         if play:
             summary.play = {"status": "started"}  # replaced by the report; stays if the launcher is killed
@@ -85,11 +86,11 @@ def launch(prepared: PreparedRun, cfg: DictConfig) -> int:
         _tell_torchrun(summary, prepared.own_dir)
         if play:
             console.print("playing the trained policy in a fresh process (it builds its worlds first)")
-            summary.play = _play(ctx, prepared, ranks[0], float(training["startup_timeout_s"]),
+            summary.play = _play(ctx, prepared, ranks[0], training.startup_timeout_s,
                                  lambda: supervisor.interrupted_by)
             play_interrupted = "interrupted" in summary.play
             _write_summary(summary, prepared.own_dir)
-        if training.get("video_interval"):  # the clips whose render the collector stopped at its exit
+        if training.video_interval:  # the clips whose render the collector stopped at its exit
             from unilab.viz.clip import render_leftovers
 
             render_leftovers(prepared.run_dir, interrupted, say=console.print)
@@ -106,15 +107,15 @@ def _create_ranks(prepared: PreparedRun, ctx, to_launcher, stop_event, go_event)
     from unilab.runtime.collector import collector_main
     from unilab.runtime.learner import learner_main
 
-    training = prepared.config["training"]
-    devices = prepared.rank_devices or [str(training["device"])]
+    training = prepared.config.training
+    devices = prepared.rank_devices or [training.device]
     evidences = prepared.rank_evidence or [prepared.manifest.cuda_process_sharing]
     if prepared.world:  # torchrun or srun: this launcher starts its own rank only
         worlds = [prepared.world]
     else:
         worlds = single_host(len(devices), _free_port() if len(devices) > 1 else None)
     no_mps_dir = None
-    if training.get("block_ambient_mps") and evidences[0].configured != "mps":
+    if training.block_ambient_mps and evidences[0].configured != "mps":
         no_mps_dir = prepared.run_dir / NO_MPS_PIPE_DIR  # empty: no daemon answers there
         no_mps_dir.mkdir(exist_ok=True)
     ranks = []
@@ -134,18 +135,8 @@ def _create_ranks(prepared: PreparedRun, ctx, to_launcher, stop_event, go_event)
 
 
 def _role_spec(prepared: PreparedRun, device: str, world: DistributedContext) -> RoleSpec:
-    training = prepared.config["training"]
-    return RoleSpec(
-        run_dir=str(prepared.run_dir),
-        config=prepared.config,
-        device=device,
-        world=world,
-        resume_checkpoint=prepared.resume_checkpoint,
-        stall_timeout_s=float(training["stall_timeout_s"]),
-        startup_timeout_s=float(training["startup_timeout_s"]),
-        replay_slots=int(training["ingress_slots"]),
-        extra={"logger": list(training["logger"])},
-    )
+    return RoleSpec(run_dir=str(prepared.run_dir), config=prepared.config, device=device, world=world,
+                    resume=prepared.resume)
 
 
 def _start(prepared: PreparedRun, ranks: list[_Rank]) -> None:
@@ -236,6 +227,12 @@ def _play(ctx, prepared, rank0: _Rank, timeout_s: float, interrupted_by) -> dict
     death is noticed at once, the wait is bounded by `timeout_s`, and SIGINT/SIGTERM to the launcher
     (`interrupted_by()` names it) stop it. Returns the report, {"error": ...} or {"interrupted": ...}."""
     from unilab.runtime.play import describe, play_main
+    from unilab.runtime.protocol import PLAY_INBOX, Played, ProtocolError
+
+    def received(msg) -> tuple[str, Any]:
+        if not isinstance(msg, PLAY_INBOX):
+            raise ProtocolError(f"the launcher got {type(msg).__name__} from the play process")
+        return ("ok", msg.report) if isinstance(msg, Played) else ("error", msg.traceback)
 
     out = ctx.Queue()
     proc = ctx.Process(target=play_main, name="unilab-play", args=(str(prepared.run_dir), prepared.config,
@@ -247,13 +244,13 @@ def _play(ctx, prepared, rank0: _Rank, timeout_s: float, interrupted_by) -> dict
     kind = payload = None
     while kind is None:
         try:
-            kind, payload = out.get(timeout=0.2)
+            kind, payload = received(out.get(timeout=0.2))
         except queue.Empty:
             if interrupted_by():
                 kind, payload = "interrupted", f"{interrupted_by()} received"
             elif not proc.is_alive():
                 try:  # it may have reported just before it ended
-                    kind, payload = out.get(timeout=0.5)
+                    kind, payload = received(out.get(timeout=0.5))
                 except queue.Empty:
                     kind, payload = "error", f"the play process exited with code {proc.exitcode} without a report"
             elif time.monotonic() > deadline:
@@ -324,7 +321,7 @@ def _verify(prepared: PreparedRun, ranks: list[_Rank], ready: dict[str, Ready],
                               f"{evidence.server_pid}", spec.rank)
         elif evidence.daemon_reachable:
             evidence = _ambient_mps(evidence, {learner: l_pid, collector: c_pid},
-                                    blocked=bool(prepared.config["training"].get("block_ambient_mps")),
+                                    blocked=prepared.config.training.block_ambient_mps,
                                     cancelled=cancelled)
             record.cuda_process_sharing = evidence
         rank_records.append(record)
@@ -354,7 +351,7 @@ def _verify_mps(prepared, evidence, children: dict, cancelled=None):
                 found=f"{name} {uuid}, probe {evidence.gpu_uuid}", fix=["nvidia-smi -L"], before_start=False), None
     pids = {pid: name for name, (pid, _uuid) in children.items()}
     report = verify_mps_clients(evidence, list(pids),
-                                timeout_s=float(prepared.config["training"]["mps_attach_timeout_s"]),
+                                timeout_s=prepared.config.training.mps_attach_timeout_s,
                                 cancelled=cancelled)
     if report.error == "cancelled":
         return None, None

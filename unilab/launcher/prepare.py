@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from unilab.config.run import RunConfig
 from unilab.config.validation import ConfigError, ValidatedRequest
 from unilab.mps.record import CudaProcessSharingEvidence
 from unilab.rundir.create import archive_segment, new_run_dir
 from unilab.rundir.layout import is_run_dir, rank_dir
 from unilab.rundir.manifest import RuntimeManifest
 from unilab.rundir.provenance import source_evidence, version_evidence
+from unilab.rundir.resume import ResumePoint
 from unilab.rundir.run_config import write_run_config
 from unilab.world import DistributedContext
 
@@ -27,9 +29,9 @@ from unilab.world import DistributedContext
 @dataclass
 class PreparedRun:
     run_dir: Path
-    config: dict[str, Any]
+    config: RunConfig
     manifest: RuntimeManifest
-    resume_checkpoint: str | None = None
+    resume: ResumePoint | None = None  # a resumed run: the checkpoint it goes on from
     rank_devices: list[str] | None = None
     rank_evidence: list[CudaProcessSharingEvidence] | None = None
     role_mps_env: dict[str, dict[str, str]] = field(default_factory=dict)  # role -> CUDA_MPS_* variables
@@ -63,7 +65,7 @@ def _resume_dir(resume: str) -> Path:
     return run_dir
 
 
-def _resume_target(resume: str, config: dict) -> ResumeTarget:
+def _resume_target(resume: str, config: RunConfig) -> ResumeTarget:
     """Everything a resume needs, checked before the run directory is touched (ConfigError otherwise)."""
     from unilab.rundir.checkpoint import find_intact_checkpoint, run_dir_of
     from unilab.rundir.run_config import load_run_config, structure_diff, structure_of
@@ -80,12 +82,12 @@ def _resume_target(resume: str, config: dict) -> ResumeTarget:
         theirs = found.state.get("config") or structure_of(load_run_config(run_dir))
     except ValueError as exc:
         raise ConfigError(f"training.resume={resume}: {exc}") from exc
-    differing = structure_diff(theirs, structure_of(config))
+    differing = structure_diff(theirs, structure_of(config.values))
     if differing:
         raise ConfigError(f"training.resume={resume}: {found.path.name} was trained with another network or "
                           "task; resume with the checkpoint's values (or start a new run):\n    "
                           + "\n    ".join(differing))
-    max_iterations = int(config["algo"]["max_iterations"])
+    max_iterations = config.algo.max_iterations
     if max_iterations <= found.iteration:
         raise ConfigError(f"training.resume={resume}: algo.max_iterations={max_iterations} but {found.path.name} "
                           f"is at iteration {found.iteration}: set algo.max_iterations above {found.iteration}")
@@ -114,14 +116,13 @@ def _lock(run_dir: Path):
         raise ConfigError(str(exc)) from exc
 
 
-def _new_run_dir(config: dict, name_suffix: str = "") -> Path:
+def _new_run_dir(config: RunConfig, name_suffix: str = "") -> Path:
     """A new run directory; a log_dir that is a file or cannot be written is a usage error (exit 2)."""
-    training = config["training"]
+    training = config.training
     try:
-        return new_run_dir(training["log_dir"], training["run_name"], str(config["algo"]["name"]),
-                           str(config["task"]["name"]), name_suffix)
+        return new_run_dir(training.log_dir, training.run_name, config.algo.name, config.task.name, name_suffix)
     except OSError as exc:
-        raise ConfigError(f"training.log_dir={training['log_dir']}: {exc.strerror or exc}; "
+        raise ConfigError(f"training.log_dir={training.log_dir}: {exc.strerror or exc}; "
                           "set training.log_dir to a writable directory") from None
 
 
@@ -140,12 +141,12 @@ def prepare_run(request: ValidatedRequest, name_suffix: str = "") -> PreparedRun
             for note in target.notes:
                 print(f"unilab: note: {note}", file=sys.stderr)
             archive_segment(run_dir)
-        write_run_config(own_dir, config)
+        write_run_config(own_dir, config.values)
         manifest = RuntimeManifest(
             run_dir=str(run_dir),
-            algo=str(config["algo"]["name"]),
-            task=str(config["task"]["name"]),
-            backend=str(config["sim"]["backend"]),
+            algo=config.algo.name,
+            task=config.task.name,
+            backend=config.sim.backend,
             world_size=world.world_size if world else len(request.rank_devices),
             launched_by=world.launched_by if world else "train",
             source=source_evidence(),
@@ -157,18 +158,19 @@ def prepare_run(request: ValidatedRequest, name_suffix: str = "") -> PreparedRun
         lock.release()
         raise
     return PreparedRun(run_dir=run_dir, config=config, manifest=manifest,
-                       resume_checkpoint=target.checkpoint if target else None, rank_devices=request.rank_devices,
+                       resume=ResumePoint(target.checkpoint, target.iteration) if target else None,
+                       rank_devices=request.rank_devices,
                        rank_evidence=request.rank_evidence, role_mps_env=request.role_mps_env, lock=lock,
                        notes=list(target.notes) if target else [], world=world, own_dir=own_dir)
 
 
-def _claim_rank_dir(config: dict, world: DistributedContext):
+def _claim_rank_dir(config: RunConfig, world: DistributedContext):
     """(run dir, this rank's directory in it, its lock) of a torchrun or srun rank. The name is the same on
     every rank (training.run_name, else the run id), so no rank may pick another: rank 0 refuses a directory
     that holds a run, rank r > 0 one whose rank_<r>/ exists (a shared filesystem, or a node's own disk)."""
-    training = config["training"]
-    name = training["run_name"] or world.default_run_name(str(config["algo"]["name"]), str(config["task"]["name"]))
-    run_dir = Path(training["log_dir"]).expanduser().resolve() / name
+    training = config.training
+    name = training.run_name or world.default_run_name(config.algo.name, config.task.name)
+    run_dir = Path(training.log_dir).expanduser().resolve() / name
     own_dir = rank_dir(run_dir, world.rank)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)  # another rank may have made it first
@@ -180,16 +182,16 @@ def _claim_rank_dir(config: dict, world: DistributedContext):
         raise ConfigError(f"{own_dir} exists already (an earlier run of this name): give this run another "
                           "training.run_name (every rank the same) or remove it") from None
     except OSError as exc:
-        raise ConfigError(f"training.log_dir={training['log_dir']}: cannot create {own_dir}: "
+        raise ConfigError(f"training.log_dir={training.log_dir}: cannot create {own_dir}: "
                           f"{exc.strerror or exc}; set training.log_dir to a writable directory") from None
     return run_dir, own_dir, _lock(own_dir)
 
 
-def _claim_run_dir(config: dict, name_suffix: str = ""):
+def _claim_run_dir(config: RunConfig, name_suffix: str = ""):
     """(run dir, its lock, the checked resume target or None). A resume's directory is locked before it is
     read or touched (a run still training there keeps it), then every check runs; the lock is released if
     one fails (an exception's frames would otherwise keep it alive in this process)."""
-    resume = config["training"].get("resume")
+    resume = config.training.resume
     if not resume:
         run_dir = _new_run_dir(config, name_suffix)
         return run_dir, _lock(run_dir), None

@@ -14,7 +14,7 @@ METADATA_KEYS = (
 )
 
 
-def metadata_props(description: dict, config: dict, *, checkpoint: str, iteration: int,
+def metadata_props(description: dict, *, task: str, algo: str, checkpoint: str, iteration: int,
                    env_steps: int) -> dict[str, str]:
     """metadata_props of an exported policy: who made it, from which checkpoint, and the env's description."""
     import unilab
@@ -22,8 +22,8 @@ def metadata_props(description: dict, config: dict, *, checkpoint: str, iteratio
     values = {
         "schema": METADATA_SCHEMA,
         "unilab_version": unilab.__version__,
-        "task": config["task"]["name"],
-        "algo": config["algo"]["name"],
+        "task": task,
+        "algo": algo,
         "checkpoint": checkpoint,
         "iteration": int(iteration),
         "env_steps": int(env_steps),

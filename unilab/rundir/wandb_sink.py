@@ -87,5 +87,5 @@ class WandbSink:
 
 def wandb_settings(spec: Any) -> WandbSettings:
     """The W&B settings of a run from its RoleSpec (training.wandb_project, training.wandb_mode)."""
-    return WandbSettings(project=str(spec.training["wandb_project"]), mode=str(spec.training["wandb_mode"]),
-                         config=spec.config)
+    return WandbSettings(project=spec.training.wandb_project, mode=spec.training.wandb_mode,
+                         config=spec.config.values)

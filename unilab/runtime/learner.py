@@ -44,9 +44,9 @@ def learner_main(spec: RoleSpec, inbox, to_collector, to_launcher, stop_event, g
         if spec.world_size > 1:
             from .rank_watch import join_world  # torch.distributed: imported in the child only
 
-            watch = join_world(spec.world, device, float(spec.training["dist_timeout_s"]), name, to_launcher.put)
+            watch = join_world(spec.world, device, spec.training.dist_timeout_s, name, to_launcher.put)
         built = LearnerLoop(spec, mailbox, to_collector, to_launcher, watch)
-        wait_for_go(go_event, spec.startup_timeout_s, stop_event, name)
+        wait_for_go(go_event, spec.training.startup_timeout_s, stop_event, name)
         built.phase(f"training: {built.max_iterations} iterations of {built.dims.num_envs} envs x "
                     f"{built.dims.ticks_per_slot} steps")
         loop = built  # a loop that never got the go has nothing to save and is not closed
@@ -177,7 +177,7 @@ class LearnerLoop:
         torch.manual_seed(spec.seed)
         self._connect()
         t0 = time.monotonic()
-        self.phase(f"learner: building the {spec.config['algo'].get('name', 'algorithm')} networks and replay")
+        self.phase(f"learner: building the {spec.algo.name} networks and replay")
         self._build_learner()
         self._init_bookkeeping()
         self.phase(f"learner: built in {time.monotonic() - t0:.1f} s")
@@ -199,7 +199,7 @@ class LearnerLoop:
 
         device = self.device
         buffers = self.mailbox.get(Buffers, phase="startup: waiting for the collector's environment",
-                                   timeout_s=self.spec.startup_timeout_s)
+                                   timeout_s=self.spec.training.startup_timeout_s)
         self.dims, self.obs_buf, self.act_buf, self.slots = buffers.dims, buffers.obs, buffers.act, buffers.slots
         self.policy_env = buffers.policy_env
         self.obs_ready = CrossProcessEvent(device, buffers.obs_ready)
@@ -223,9 +223,9 @@ class LearnerLoop:
         self.env_steps = 0
         self.trained_once = False
         self.min_replay_to_update = 0
-        if spec.resume_checkpoint:
-            state = load_checkpoint(spec.resume_checkpoint, device)
-            check_dims(state, self.checkpoint_meta()["dims"], spec.resume_checkpoint)
+        if spec.resume:
+            state = load_checkpoint(spec.resume.checkpoint, device)
+            check_dims(state, self.checkpoint_meta()["dims"], spec.resume.checkpoint)
             self.learner.load_state_dict(state["learner"])
             self.iteration = int(state["iteration"])
             self.env_steps = int(state["env_steps"])
@@ -234,7 +234,7 @@ class LearnerLoop:
             self.learner.publish_policy()
             self.trained_once = True
             self.min_replay_to_update = refill_target(
-                self.learner.replay.capacity, float(spec.training.get("resume_refill_fraction", 1.0)),
+                self.learner.replay.capacity, spec.training.resume_refill_fraction,
                 (algo.max_iterations - self.iteration) * dims.num_envs * dims.ticks_per_slot)
             self.phase(f"resume: refilling the replay to {self.min_replay_to_update} transitions before the "
                        "first update")
@@ -254,10 +254,10 @@ class LearnerLoop:
         self.max_iterations = algo.max_iterations
         self.save_interval = algo.save_interval
         self.learning_starts = algo.learning_starts
-        self.update_before_ingest = bool(spec.training["update_before_ingest"])
-        self.nan_guard = bool(spec.training["nan_guard"]["enabled"])
+        self.update_before_ingest = spec.training.update_before_ingest
+        self.nan_guard = spec.training.nan_guard.enabled
         self.nan_trips = 0
-        loggers = spec.extra.get("logger", ["tensorboard"])
+        loggers = spec.training.logger
         self.metrics = MetricsWriter(spec.rank_dir, start_iteration=self.iteration,
                                      tensorboard="tensorboard" in loggers,
                                      wandb=wandb_settings(spec) if "wandb" in loggers and spec.rank == 0 else None)
@@ -294,7 +294,7 @@ class LearnerLoop:
     def run(self) -> None:
         torch = self.torch
         k_ticks = self.dims.ticks_per_slot
-        timeout = self.spec.stall_timeout_s
+        timeout = self.spec.training.stall_timeout_s
         tick = 0
         while self.iteration < self.max_iterations:
             t_iter = time.perf_counter()
@@ -304,7 +304,7 @@ class LearnerLoop:
                 t0 = time.perf_counter()
                 # The first observation comes once the collector's kernels have compiled: a start-up wait.
                 self.mailbox.get(Obs, phase="waiting for the collector's observation",
-                                 timeout_s=timeout if tick else self.spec.startup_timeout_s)
+                                 timeout_s=timeout if tick else self.spec.training.startup_timeout_s)
                 wait_ms += 1e3 * (time.perf_counter() - t0)
                 with self._stream(self.inf_stream):
                     self.obs_ready.wait(self.inf_stream)
@@ -340,12 +340,13 @@ class LearnerLoop:
         while self.pending:
             self._log_oldest(timeout)
         self.save()
-        if self.spec.training.get("export_onnx") and self.spec.rank == 0:
+        if self.spec.training.export_onnx and self.spec.rank == 0:
             from unilab.rundir.policy import metadata_props
             from unilab.rundir.checkpoint import checkpoint_name
 
-            meta = metadata_props(self.policy_env, self.spec.config, checkpoint=checkpoint_name(self.iteration),
-                                  iteration=self.iteration, env_steps=self.env_steps)
+            meta = metadata_props(self.policy_env, task=self.spec.task.name, algo=self.spec.algo.name,
+                                  checkpoint=checkpoint_name(self.iteration), iteration=self.iteration,
+                                  env_steps=self.env_steps)
             self.learner.export_onnx(f"{self.spec.run_dir}/{POLICY_ONNX_FILE}", meta)
 
     def _update_phase(self, s: int, st: dict) -> None:
@@ -494,7 +495,7 @@ class LearnerLoop:
 
         dims = {"obs_dim": self.dims.obs_dim, "critic_obs_dim": self.dims.critic_obs_dim,
                 "action_dim": self.dims.action_dim}
-        return {"config": structure_of(self.spec.config), "dims": dims}
+        return {"config": structure_of(self.spec.config.values), "dims": dims}
 
     def leave_collector(self) -> None:
         """This process's GPU work has ended and the collector is told so (shared.leave_peer); once only."""
@@ -512,7 +513,7 @@ class LearnerLoop:
         out = self.summary("interrupted")
         try:
             while self.pending:
-                self._log_oldest(min(self.spec.stall_timeout_s, 10.0))
+                self._log_oldest(min(self.spec.training.stall_timeout_s, 10.0))
         except Exception as exc:  # noqa: BLE001  (the checkpoint matters more than the last rows)
             out["stop_errors"] = [f"the pending metric rows were not written ({type(exc).__name__}: {exc})"]
             self.pending.clear()

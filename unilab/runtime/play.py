@@ -9,6 +9,7 @@ episode); the report counts the envs whose episode ended early (terminated) or a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import traceback
@@ -16,13 +17,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from unilab.config.run import RunConfig
 from unilab.exit_codes import EXIT_USAGE
 from unilab.rundir.layout import PLAY_FILE
 
 AGENTS = ("policy", "zero", "random")
 
 
-def play(run_dir: str | Path, config: dict, device: str, *, checkpoint: str | None = None,
+def play(run_dir: str | Path, config: RunConfig, device: str, *, checkpoint: str | None = None,
          num_envs: int | None = None, steps: int | None = None, out: str | Path | None = None,
          agent: str = "policy", watch=None) -> dict[str, Any]:
     """Play and write the report to `out` (default: the run's play.json, which the end-of-run play owns).
@@ -31,7 +33,6 @@ def play(run_dir: str | Path, config: dict, device: str, *, checkpoint: str | No
     import torch
 
     from unilab.atomic import write_json_atomic
-    from unilab.registry import instantiate
     from unilab.tasks import make_env
     from unilab.viz.watch import WatchClosed
 
@@ -42,9 +43,9 @@ def play(run_dir: str | Path, config: dict, device: str, *, checkpoint: str | No
         from unilab.rundir.checkpoint import find_checkpoint
 
         ckpt = find_checkpoint(str(checkpoint or run_dir))
-    task = instantiate("task", {**config["task"], **({"num_envs": int(num_envs)} if num_envs else {})})
-    seed = int(config["training"]["seed"]) + 7919  # not the training envs' seed
-    env = make_env(task, instantiate("sim", config["sim"]), device, seed)
+    task = dataclasses.replace(config.task, num_envs=int(num_envs)) if num_envs else config.task
+    seed = config.training.seed + 7919  # not the training envs' seed
+    env = make_env(task, config.sim, device, seed)
     n = env.num_envs
     act, iteration = _agent(agent, env, config, ckpt, device, seed)
     steps = int(steps or env.max_episode_length)
@@ -103,9 +104,7 @@ def _agent(agent: str, env, config: dict, ckpt, device: str, seed: int):
     import torch
 
     if agent == "policy":
-        from unilab.registry import instantiate
-
-        learner, state = load_learner(instantiate("algo", config["algo"]), env, ckpt, device, seed)
+        learner, state = load_learner(config.algo, env, ckpt, device, seed)
         return functools.partial(learner.act, deterministic=True), int(state["iteration"])
     shape = (env.num_envs, env.action_dim)
     if agent == "zero":
@@ -144,17 +143,18 @@ def load_learner(algo, env, checkpoint, device: str, seed: int):
     return learner, state
 
 
-def play_main(run_dir: str, config: dict, device: str, out) -> None:
+def play_main(run_dir: str, config: RunConfig, device: str, out) -> None:
     """Process entry (a supervised child of the launcher): the report, or the error, goes to the `out`
     queue. It ends with the launcher (PDEATHSIG), leaves Ctrl-C to it and ends at once on SIGTERM."""
     from .messages import become_child
+    from .protocol import Failed, Played
 
     become_child("play", stop_on_sigterm=False)
     try:
-        out.put(("ok", play(run_dir, config, device,
-                            num_envs=config["training"].get("play_envs"), steps=config["training"].get("play_steps"))))
+        out.put(Played(play(run_dir, config, device, num_envs=config.training.play_envs,
+                            steps=config.training.play_steps)))
     except BaseException:
-        out.put(("error", traceback.format_exc()))
+        out.put(Failed("play", traceback.format_exc()))
 
 
 def describe(report: dict) -> str:
@@ -201,9 +201,9 @@ def main(args) -> int:
         watch = _watcher(args) if video is not None or viewer else None
         from unilab.rundir.run_config import load_run_config
 
-        config = load_run_config(args.run)
+        config = RunConfig.recorded(load_run_config(args.run), args.run)
         out = report_path(args.run, getattr(args, "out", None))
-        report = play(args.run, config, args.device or str(config["training"]["device"]),
+        report = play(args.run, config, args.device or config.training.device,
                       checkpoint=args.checkpoint, num_envs=args.envs, steps=args.steps, out=out,
                       agent=getattr(args, "agent", "policy"), watch=watch)
     except (OSError, ValueError) as exc:

@@ -62,6 +62,13 @@ class WorldFailed:
 
 
 @dataclass(frozen=True)
+class Played:
+    """The end-of-run play finished: its report (play.json's content). A failed play sends Failed."""
+
+    report: dict
+
+
+@dataclass(frozen=True)
 class Phase:
     """A step of start-up or shutdown the console names (building worlds, compiling kernels, filling the
     replay); the launcher prints it, so the console has one order."""
@@ -161,6 +168,7 @@ class Released:
 
 
 LAUNCHER_INBOX = (Ready, Failed, Finished, Phase, Progress, WorldFailed)
+PLAY_INBOX = (Played, Failed)  # what the end-of-run play process sends the launcher
 LEARNER_INBOX = (Buffers, Obs, ChunkReady, Released)
 COLLECTOR_INBOX = (LearnerEvents, Act, SlotFree, Released)
 

@@ -1,26 +1,24 @@
-"""What the launcher hands each child process (picklable, no torch objects)."""
+"""What the launcher hands each child process: the typed run config, where it sits, where it resumes (picklable, no
+torch objects)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from functools import cached_property
+from dataclasses import dataclass
 from typing import Any
 
+from unilab.config.run import RunConfig
+from unilab.config.schema import TrainingConfig
+from unilab.rundir.resume import ResumePoint
 from unilab.world import ONE_RANK, DistributedContext, rank_seed
 
 
 @dataclass
 class RoleSpec:
     run_dir: str
-    config: dict[str, Any]  # the resolved run_config
+    config: RunConfig  # the run's config, every group typed (checked before the launcher started)
     device: str  # torch device string as seen inside the child
     world: DistributedContext = ONE_RANK  # this rank's place in the data-parallel run
-    start_iteration: int = 0
-    resume_checkpoint: str | None = None
-    stall_timeout_s: float = 120.0
-    startup_timeout_s: float = 900.0
-    replay_slots: int = 4
-    extra: dict[str, Any] = field(default_factory=dict)
+    resume: ResumePoint | None = None  # a resumed run: the checkpoint and iteration it goes on from
 
     @property
     def rank(self) -> int:
@@ -43,31 +41,30 @@ class RoleSpec:
         return str(rank_dir(self.run_dir, self.rank))
 
     @property
-    def training(self) -> dict[str, Any]:
-        return self.config["training"]
+    def start_iteration(self) -> int:
+        """The iteration this run segment starts at: 0, or the resumed checkpoint's."""
+        return self.resume.iteration if self.resume else 0
 
-    @cached_property
+    @property
+    def training(self) -> TrainingConfig:
+        return self.config.training
+
+    @property
     def algo(self) -> Any:
-        """The typed algo config (its schema dataclass); `task` and `sim` likewise."""
-        return _typed(self.config, "algo")
+        """The algorithm's schema dataclass; `task` and `sim` likewise."""
+        return self.config.algo
 
-    @cached_property
+    @property
     def task(self) -> Any:
-        return _typed(self.config, "task")
+        return self.config.task
 
-    @cached_property
+    @property
     def sim(self) -> Any:
-        return _typed(self.config, "sim")
+        return self.config.sim
 
     @property
     def seed(self) -> int:
-        return rank_seed(self.training["seed"], self.rank)
-
-
-def _typed(config: dict[str, Any], group: str) -> Any:
-    from unilab.registry import instantiate
-
-    return instantiate(group, config[group])
+        return rank_seed(self.training.seed, self.rank)
 
 
 def report_ready(name: str, device, to_launcher) -> None:
