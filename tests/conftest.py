@@ -75,9 +75,9 @@ def host(mps_env):
 @pytest.fixture
 def fake_host(monkeypatch, mps_env):
     """The process-wide host facts of a GPU machine with a live (fake) daemon: for code that builds HostFacts()."""
-    import unilab.mps.probe as probe_mod
+    import unilab.mps.host as host_mod
 
-    monkeypatch.setattr(probe_mod, "SystemNvml", lambda: FakeNvml())
+    monkeypatch.setattr(host_mod, "SystemNvml", lambda: FakeNvml())
     for key, value in mps_env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

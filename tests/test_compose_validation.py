@@ -25,9 +25,9 @@ TYPO = "+training.stall_timeot_s=5"
 @pytest.fixture
 def no_driver(monkeypatch, tmp_path):
     """A host without an NVIDIA driver (NVML fails) and no daemon."""
-    import unilab.mps.probe as probe_mod
+    import unilab.mps.host as host_mod
 
-    monkeypatch.setattr(probe_mod, "SystemNvml", lambda: FakeNvml(available=False))
+    monkeypatch.setattr(host_mod, "SystemNvml", lambda: FakeNvml(available=False))
     monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "no-daemon"))
 
 

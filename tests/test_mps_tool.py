@@ -20,7 +20,7 @@ from unilab.cli.tools import main as tools_main
 from unilab.cli.train import main as train_main
 from unilab.mps import CudaProcessSharingError, HostFacts, MpsToolError, probe_cuda_process_sharing
 from unilab.mps import cli as mps_cli
-from unilab.mps.host import ToolHost, resolve_gpu
+from unilab.mps.host import resolve_gpu
 from unilab.mps.layout import STATE_FILE, default_root, ensure_private_dir
 from unilab.mps.nvml import GpuInfo
 
@@ -40,8 +40,8 @@ class Tool:
         self.nvml = FakeNvml()
         self.root_user = False
 
-    def host(self) -> ToolHost:
-        return ToolHost(env=dict(self.env), nvml=self.nvml, is_root=lambda: self.root_user, tmp=self.tmp)
+    def host(self) -> HostFacts:
+        return HostFacts(env=dict(self.env), nvml=self.nvml, is_root=lambda: self.root_user, tmp=self.tmp)
 
     @property
     def mps_root(self) -> Path:
@@ -344,8 +344,8 @@ def test_foreground_quits_the_daemon_on_ctrl_c(tool):
         f"sys.path.insert(0, {str(TESTS)!r})\n"
         "from fakes import FakeNvml\n"
         "from unilab.mps.daemon import StartOptions, start\n"
-        "from unilab.mps.host import ToolHost\n"
-        "host = ToolHost(env=json.loads(sys.argv[1]), nvml=FakeNvml(), tmp=sys.argv[2])\n"
+        "from unilab.mps.host import HostFacts\n"
+        "host = HostFacts(env=json.loads(sys.argv[1]), nvml=FakeNvml(), tmp=sys.argv[2])\n"
         "sys.exit(start(host, StartOptions(foreground=True)))\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", driver, json.dumps(tool.env), str(tool.tmp)],
@@ -400,25 +400,25 @@ def test_the_probe_fix_and_start_share_one_directory_convention(tool, capsys):
 
 
 def test_resolve_gpu_by_index_uuid_and_visible_devices():
-    host = ToolHost(env={}, nvml=FakeNvml())
+    host = HostFacts(env={}, nvml=FakeNvml())
     assert resolve_gpu(host, None) == GPU_A
     assert resolve_gpu(host, "1") == GPU_B
     assert resolve_gpu(host, GPU_B.uuid[:12]) == GPU_B
-    assert resolve_gpu(ToolHost(env={"CUDA_VISIBLE_DEVICES": "1"}, nvml=FakeNvml()), None) == GPU_B
+    assert resolve_gpu(HostFacts(env={"CUDA_VISIBLE_DEVICES": "1"}, nvml=FakeNvml()), None) == GPU_B
     with pytest.raises(MpsToolError, match="names no single GPU"):
         resolve_gpu(host, "7")
     with pytest.raises(MpsToolError, match="NVML cannot be read"):
-        resolve_gpu(ToolHost(env={}, nvml=FakeNvml(available=False)), None)
+        resolve_gpu(HostFacts(env={}, nvml=FakeNvml(available=False)), None)
     mig = GpuInfo(0, "GPU-cccc", "Fake", True, "DEFAULT")
     with pytest.raises(MpsToolError, match="MIG"):
-        resolve_gpu(ToolHost(env={}, nvml=FakeNvml(devices=[mig])), None)
+        resolve_gpu(HostFacts(env={}, nvml=FakeNvml(devices=[mig])), None)
 
 
 def test_default_root_and_private_dirs(short_tmp):
     assert default_root(1234) == Path("/tmp/unilab-mps-1234")
     assert default_root(7, short_tmp) == short_tmp / "unilab-mps-7"
     # One convention whatever the session: $XDG_RUNTIME_DIR does not move the daemons.
-    xdg = ToolHost(env={"XDG_RUNTIME_DIR": "/run/user/7"}, nvml=FakeNvml())
+    xdg = HostFacts(env={"XDG_RUNTIME_DIR": "/run/user/7"}, nvml=FakeNvml())
     assert xdg.root() == Path(f"/tmp/unilab-mps-{os.geteuid()}")
     wide = short_tmp / "wide"
     wide.mkdir(mode=0o755)
@@ -446,9 +446,9 @@ def no_launch(monkeypatch):
 
 @pytest.mark.parametrize("nvml_available, needle", [(False, "nvml_available"), (True, "mps_pipe_directory")])
 def test_doctor_prints_the_same_diagnostic_as_train(tmp_path, monkeypatch, capsys, no_launch, nvml_available, needle):
-    import unilab.mps.probe as probe_mod
+    import unilab.mps.host as host_mod
 
-    monkeypatch.setattr(probe_mod, "SystemNvml", lambda: FakeNvml(available=nvml_available))
+    monkeypatch.setattr(host_mod, "SystemNvml", lambda: FakeNvml(available=nvml_available))
     monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "no-daemon"))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     log_dir = tmp_path / "runs"
@@ -465,9 +465,9 @@ def test_doctor_prints_the_same_diagnostic_as_train(tmp_path, monkeypatch, capsy
 
 
 def test_doctor_prints_the_evidence_when_the_probe_passes(tmp_path, monkeypatch, capsys, mps_env, no_launch):
-    import unilab.mps.probe as probe_mod
+    import unilab.mps.host as host_mod
 
-    monkeypatch.setattr(probe_mod, "SystemNvml", lambda: FakeNvml())
+    monkeypatch.setattr(host_mod, "SystemNvml", lambda: FakeNvml())
     for key, value in mps_env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

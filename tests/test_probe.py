@@ -318,3 +318,115 @@ def test_a_cancelled_client_verification_verifies_nothing(host, daemon, fake_hos
         assert ("MPS clients verified: learner pid 101, collector pid 102 -> server pid 5000" in out.getvalue()) \
             is verified, out.getvalue()
         assert Manifest.written == int(verified)
+
+
+# ---------------------------------------------------------------- every rank of a data-parallel run
+
+
+def _validated(*overrides: str):
+    """`train`'s checks (unilab.config.validation.validate) on a composed config."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from unilab.cli.train import CONF_DIR
+    from unilab.config import register_configs, register_resolvers
+    from unilab.config.validation import validate
+
+    register_configs()
+    register_resolvers()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose(config_name="train", overrides=list(overrides))
+    return validate(cfg)
+
+
+DATA_PARALLEL_MPS = ("+execution=mps", "training.device=cuda:0", "training.devices=[0,1]")
+
+
+def test_every_rank_of_a_data_parallel_run_is_probed(fake_host, daemon):
+    """training.devices=[0,1] under MPS: rank 1's GPU is probed itself (its device, its UUID, the daemon asked
+    again), not rank 0's evidence passed on."""
+    asked = daemon.commands.count("get_server_list")
+    request = _validated(*DATA_PARALLEL_MPS)
+    assert [(e.learner_device, e.collector_device, e.gpu_uuid, e.validated) for e in request.rank_evidence] == [
+        ("cuda:0", "cuda:0", GPU_A.uuid, True), ("cuda:1", "cuda:1", GPU_B.uuid, True)]
+    assert daemon.commands.count("get_server_list") - asked == 2  # one probe per rank
+
+
+def test_a_fault_of_rank_1s_gpu_is_found_before_the_run(fake_host, daemon, monkeypatch):
+    """Rank 0's GPU is fine, rank 1's is in MIG mode: the request is refused (no_mig, naming rank 1's GPU)."""
+    import unilab.mps.host as host_mod
+
+    mig_b = dataclasses.replace(GPU_B, mig_enabled=True)
+    monkeypatch.setattr(host_mod, "SystemNvml", lambda: FakeNvml(devices=[GPU_A, mig_b]))
+    with pytest.raises(CudaProcessSharingError) as info:
+        _validated(*DATA_PARALLEL_MPS)
+    assert info.value.prerequisite is Prerequisite.NO_MIG and info.value.found == GPU_B.uuid
+
+
+def _two_ranks(host, tmp_path):
+    """The launcher's view of a two-rank MPS run once its four children are Ready (rank r: learner pid 1r1,
+    collector pid 1r2, each on its rank's GPU), and its prepared run (a real manifest under tmp_path)."""
+    from types import SimpleNamespace
+
+    from unilab.rundir.manifest import RuntimeManifest
+    from unilab.world import single_host
+
+    ranks, ready = [], {}
+    for world, device, gpu in zip(single_host(2, 29500), ("cuda:0", "cuda:1"), (GPU_A, GPU_B)):
+        r = world.rank
+        spec = SimpleNamespace(rank=r, name=lambda role, r=r: f"{role}[{r}]", world=world)
+        ranks.append(SimpleNamespace(spec=spec, evidence=probe(host, learner=device, collector=device), device=device))
+        ready[f"learner[{r}]"] = SimpleNamespace(pid=100 + 10 * r + 1, gpu_uuid=gpu.uuid)
+        ready[f"collector[{r}]"] = SimpleNamespace(pid=100 + 10 * r + 2, gpu_uuid=gpu.uuid)
+    manifest = RuntimeManifest(run_dir=str(tmp_path), algo="fastsac", task="g1_walk_flat", backend="mjwarp",
+                               world_size=2, cuda_process_sharing=ranks[0].evidence)
+    training = SimpleNamespace(mps_attach_timeout_s=0.5, block_ambient_mps=False)
+    prepared = SimpleNamespace(config=SimpleNamespace(training=training), manifest=manifest,
+                               role_mps_env={}, run_dir=str(tmp_path), own_dir=tmp_path)
+    return prepared, ranks, ready
+
+
+def test_every_rank_s_children_are_verified_as_clients(host, daemon, fake_host, tmp_path):
+    """Two ranks under MPS, each pair the clients of its own server: the manifest records each rank's own
+    verification (its pids, its server, its GPU), and the console names both."""
+    import io
+
+    from unilab.launcher.console import Console
+    from unilab.launcher.launch import _verify
+
+    prepared, ranks, ready = _two_ranks(host, tmp_path)
+    daemon.servers.update({5000: [101, 102], 5001: [111, 112]})
+    out = io.StringIO()
+    assert _verify(prepared, ranks, ready, console=Console(world_size=2, stream=out)) is None
+    recorded = json.loads((tmp_path / "runtime_manifest.json").read_text())["ranks"]
+    assert [(r["rank"], r["learner_pid"], r["collector_pid"]) for r in recorded] == [(0, 101, 102), (1, 111, 112)]
+    sharing = [r["cuda_process_sharing"] for r in recorded]
+    assert [(s["effective"], s["clients_verified"], s["client_pids"], s["server_pid"], s["gpu_uuid"])
+            for s in sharing] == [("mps", True, {"learner": 101, "collector": 102}, 5000, GPU_A.uuid),
+                                  ("mps", True, {"learner": 111, "collector": 112}, 5001, GPU_B.uuid)]
+    for line in ("[rank 0] MPS clients verified: learner pid 101, collector pid 102 -> server pid 5000",
+                 "[rank 1] MPS clients verified: learner pid 111, collector pid 112 -> server pid 5001"):
+        assert line in out.getvalue(), out.getvalue()
+
+
+@pytest.mark.parametrize("fault", ["not a client", "another GPU"])
+def test_a_rank_above_0_whose_child_fails_verification_stops_the_run(host, daemon, fake_host, tmp_path, fault):
+    """Rank 0's pair passes; rank 1's collector is not a client of the daemon, or sees rank 0's GPU: the
+    verification fails naming that child, and nothing is recorded as verified."""
+    from unilab.launcher.launch import _verify
+
+    prepared, ranks, ready = _two_ranks(host, tmp_path)
+    daemon.servers.update({5000: [101, 102], 5001: [111]})
+    if fault == "another GPU":
+        daemon.servers[5001].append(112)
+        ready["collector[1]"].gpu_uuid = GPU_A.uuid
+    error = _verify(prepared, ranks, ready)
+    assert error is not None
+    if fault == "not a client":
+        assert error.prerequisite is Prerequisite.CLIENTS_ATTACHED
+        assert error.message.startswith("the collector[1] (pid 112) is not a client of the MPS server")
+    else:
+        assert error.prerequisite is Prerequisite.SAME_GPU
+        assert error.found == f"collector[1] {GPU_A.uuid}, probe {GPU_B.uuid}"
+    assert not (tmp_path / "runtime_manifest.json").exists()

@@ -33,9 +33,9 @@ def test_default_composes_and_records_effective_null(tmp_path, spies, capsys):
 
 def test_mps_on_this_host_fails_closed(tmp_path, spies, capsys, monkeypatch):
     """With no usable GPU/daemon: exit 2, first unmet prerequisite and its fix, nothing created."""
-    import unilab.mps.probe as probe_mod
+    import unilab.mps.host as host_mod
 
-    monkeypatch.setattr(probe_mod, "SystemNvml", lambda: FakeNvml(available=False))
+    monkeypatch.setattr(host_mod, "SystemNvml", lambda: FakeNvml(available=False))
     log_dir = tmp_path / "runs"
     assert run_train("+execution=mps", f"training.log_dir={log_dir}") == 2
     err = capsys.readouterr().err
@@ -203,9 +203,9 @@ def test_console_script_fails_closed_without_importing_cuda_libraries(tmp_path):
 
 
 def test_cuda_device_without_a_gpu_fails_before_anything_exists(tmp_path, spies, capsys, monkeypatch):
-    import unilab.mps.probe as probe_mod
+    import unilab.mps.host as host_mod
 
-    monkeypatch.setattr(probe_mod, "SystemNvml", lambda: FakeNvml(available=False))
+    monkeypatch.setattr(host_mod, "SystemNvml", lambda: FakeNvml(available=False))
     log_dir = tmp_path / "runs"
     assert run_train("training.device=cuda:0", f"training.log_dir={log_dir}") == 2
     err = capsys.readouterr().err

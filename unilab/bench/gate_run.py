@@ -119,11 +119,10 @@ def prepare_daemon(host, device: str, start: bool) -> Daemon:
 
 def _probe(host, device: str, daemon: Daemon, started: bool) -> None:
     """`train`'s probe for the MPS arm, in the environment its jobs get."""
-    from unilab.mps import CudaProcessSharingError, HostFacts, probe_cuda_process_sharing
+    from unilab.mps import CudaProcessSharingError, probe_cuda_process_sharing
 
-    facts = HostFacts(env={**host.env, **daemon.env}, nvml=host.nvml, which=host.which, tmp=host.tmp)
     try:
-        evidence = probe_cuda_process_sharing("mps", device, device, backend="mjwarp", host=facts)
+        evidence = probe_cuda_process_sharing("mps", device, device, backend="mjwarp", host=host.with_env(daemon.env))
     except CudaProcessSharingError as exc:
         hint = "" if started else ("\n\nor let the gate start a daemon for this GPU and stop it at its end:\n"
                                    f"  {ME} --start-daemon ...")

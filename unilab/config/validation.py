@@ -25,7 +25,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, OmegaConfBaseException
 
-from unilab.mps.errors import CudaProcessSharingError
+from unilab.mps import child_env
+from unilab.mps.errors import CudaProcessSharingError, MpsSettingError
 from unilab.mps.record import CudaProcessSharingEvidence
 from unilab.world import DistributedContext, WorldError, from_environment
 
@@ -33,7 +34,6 @@ from .run import GROUP_KEYS, RunConfig, typed_group
 from .schema import EXECUTION_EVIDENCE_INTERPOLATION, WANDB_EXTRA_HINT, TrainConfig, TrainingConfig
 
 COMPUTED_KEY = "execution_evidence"  # what the probe found: in runtime_manifest.json, not run_config.json
-MPS_PRIORITY_LEVEL = {"normal": "0", "below_normal": "1"}  # CUDA_MPS_CLIENT_PRIORITY values
 
 
 class ConfigError(ValueError):
@@ -169,28 +169,12 @@ def check_host(training: TrainingConfig) -> None:
 
 
 def role_mps_env(training: dict) -> dict[str, dict[str, str]]:
-    """role -> the CUDA_MPS_* variables its child starts with, from training.mps_active_thread_percentage
-    and training.mps_client_priority (checked)."""
-    shares = {role: value for role, value in (training.get("mps_active_thread_percentage") or {}).items()
-              if value is not None}
-    for role, value in shares.items():
-        if not 1 <= int(value) <= 100:
-            raise ConfigError(f"training.mps_active_thread_percentage.{role}={value}: expected 1 to 100 (percent "
-                              "of the GPU's SMs a role's kernels may use), or null")
-    priorities = {role: str(getattr(value, "value", value))
-                  for role, value in (training.get("mps_client_priority") or {}).items() if value is not None}
-    for role, value in priorities.items():
-        if value not in MPS_PRIORITY_LEVEL:
-            raise ConfigError(f"training.mps_client_priority.{role}={value}: expected normal, below_normal or null")
-    for key, given in (("mps_active_thread_percentage", shares), ("mps_client_priority", priorities)):
-        if given and training.get("cuda_process_sharing") != "mps":
-            raise ConfigError(f"training.{key} applies to MPS clients only: add +execution=mps or leave it null")
-    env: dict[str, dict[str, str]] = {}
-    for role, value in shares.items():
-        env.setdefault(role, {})["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(int(value))
-    for role, value in priorities.items():
-        env.setdefault(role, {})["CUDA_MPS_CLIENT_PRIORITY"] = MPS_PRIORITY_LEVEL[value]
-    return env
+    """role -> the CUDA_MPS_* variables its child starts with (unilab.mps.child_env checks the values)."""
+    try:
+        return child_env.role_mps_env(training.get("mps_active_thread_percentage"),
+                                      training.get("mps_client_priority"), training.get("cuda_process_sharing"))
+    except MpsSettingError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def cluster_rank(training: dict, environ) -> DistributedContext | None:
@@ -255,11 +239,11 @@ def check_gpus_visible(devices: list[str]) -> None:
     """A CUDA device on a host without a visible NVIDIA GPU fails here, not in the children."""
     if not any(d.startswith("cuda") for d in devices):
         return
-    from unilab.mps import probe
+    from unilab.mps.host import HostFacts
     from unilab.mps.nvml import NvmlUnavailable
 
     try:
-        count = len(probe.HostFacts().nvml.gpus())
+        count = len(HostFacts().nvml.gpus())
     except NvmlUnavailable as exc:
         raise ConfigError(
             f"training.device={devices[0]} but no NVIDIA GPU can be used here ({exc}); "

@@ -23,9 +23,10 @@ from omegaconf import DictConfig
 
 from unilab.exit_codes import EXIT_COMPLETED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from unilab.kernel_cache import kernel_cache_env
-from unilab.mps import CudaProcessSharingError, Prerequisite, verify_mps_clients
+from unilab.mps import CudaProcessSharingError, Prerequisite
 from unilab.mps.child_env import child_device_and_env, environ
 from unilab.mps.record import CudaProcessSharingEvidence
+from unilab.mps.verify import Child, verify_rank
 from unilab.rundir.layout import NO_MPS_PIPE_DIR, SUMMARY_FILE
 from unilab.rundir.manifest import RankEvidence
 from unilab.rundir.summary import RunSummary, mean_env_steps_per_s
@@ -298,34 +299,28 @@ def mps_log_dir(evidence: CudaProcessSharingEvidence) -> str | None:
 
 def _verify(prepared: PreparedRun, ranks: list[_Rank], ready: dict[str, Ready],
             cancelled=None, console: Console | None = None) -> CudaProcessSharingError | None:
-    """Every child has a CUDA context: check the GPU it sees and, under MPS, that it is a client.
-    `cancelled()` true (SIGINT/SIGTERM) ends the daemon queries at once; the caller then stops the run."""
+    """Every child has a CUDA context: unilab.mps.verify checks each rank's pair (the GPU it sees and, under MPS,
+    that both are clients); this records what it found in the manifest. `cancelled()` true (SIGINT/SIGTERM) ends
+    the daemon queries at once; the caller then stops the run."""
+    training = prepared.config.training
     rank_records = []
     evidences = []
     for r in ranks:
-        spec, evidence, device = r.spec, r.evidence, r.device
-        learner, collector = spec.name("learner"), spec.name("collector")
-        lr, cr = ready[learner], ready[collector]
-        l_pid, l_uuid, c_pid, c_uuid = lr.pid, lr.gpu_uuid, cr.pid, cr.gpu_uuid
-        record = _rank_record(spec, device, evidence, lr, cr)
-        if evidence.configured == "mps":
-            error, evidence = _verify_mps(prepared, evidence, {learner: (l_pid, l_uuid), collector: (c_pid, c_uuid)},
-                                          cancelled)
-            if error is not None:
-                return error
-            if evidence is None:
-                return None  # cancelled: nothing was verified, and the caller stops the run
-            record.cuda_process_sharing = evidence
-            if console is not None:
-                console.print(f"MPS clients verified: learner pid {l_pid}, collector pid {c_pid} -> server pid "
-                              f"{evidence.server_pid}", spec.rank)
-        elif evidence.daemon_reachable:
-            evidence = _ambient_mps(evidence, {learner: l_pid, collector: c_pid},
-                                    blocked=prepared.config.training.block_ambient_mps,
-                                    cancelled=cancelled)
-            record.cuda_process_sharing = evidence
+        spec = r.spec
+        lr, cr = ready[spec.name("learner")], ready[spec.name("collector")]
+        outcome = verify_rank(r.evidence, Child(spec.name("learner"), lr.pid, lr.gpu_uuid),
+                              Child(spec.name("collector"), cr.pid, cr.gpu_uuid),
+                              attach_timeout_s=training.mps_attach_timeout_s,
+                              role_env=prepared.role_mps_env, block_ambient=training.block_ambient_mps,
+                              cancelled=cancelled)
+        if outcome.error is not None or outcome.cancelled:
+            return outcome.error  # None when cancelled: nothing was verified, and the caller stops the run
+        record = _rank_record(spec, r.device, r.evidence, lr, cr)
+        record.cuda_process_sharing = outcome.recorded
+        if outcome.announcement and console is not None:
+            console.print(outcome.announcement, spec.rank)
         rank_records.append(record)
-        evidences.append(evidence)
+        evidences.append(outcome.evidence)
     manifest = prepared.manifest.model_copy(update={"cuda_process_sharing": evidences[0], "ranks": rank_records})
     manifest.write(prepared.own_dir)
     prepared.manifest = manifest
@@ -339,64 +334,6 @@ def _rank_record(spec: RoleSpec, device: str, evidence, learner: Ready, collecto
                         local_rank=world.local_rank, device=device, gpu_uuid=evidence.gpu_uuid,
                         launcher_pid=os.getpid(), learner_pid=learner.pid, collector_pid=collector.pid,
                         learner_gpu_uuid=learner.gpu_uuid, collector_gpu_uuid=collector.gpu_uuid)
-
-
-def _verify_mps(prepared, evidence, children: dict, cancelled=None):
-    """(error, None) when a child is not a client; (None, None) when cancelled, nothing verified; else
-    (None, the evidence of the verified clients)."""
-    for name, (_pid, uuid) in children.items():
-        if uuid is not None and uuid != evidence.gpu_uuid:
-            return CudaProcessSharingError(
-                Prerequisite.SAME_GPU, f"the {name} sees a different GPU than the probe resolved",
-                found=f"{name} {uuid}, probe {evidence.gpu_uuid}", fix=["nvidia-smi -L"], before_start=False), None
-    pids = {pid: name for name, (pid, _uuid) in children.items()}
-    report = verify_mps_clients(evidence, list(pids),
-                                timeout_s=prepared.config.training.mps_attach_timeout_s,
-                                cancelled=cancelled)
-    if report.error == "cancelled":
-        return None, None
-    if not report.all_attached:
-        names = ", ".join(f"the {pids[pid]} (pid {pid})" for pid in report.missing())
-        return CudaProcessSharingError(
-            Prerequisite.CLIENTS_ATTACHED,
-            f"{names} is not a client of the MPS server: it created its CUDA context without reaching the "
-            "daemon (CUDA initialised before CUDA_MPS_PIPE_DIRECTORY was set, another pipe directory, or "
-            "another user's daemon)",
-            found=f"servers {report.server_pids}, clients {report.clients_by_server}"
-            + (f", error: {report.error}" if report.error else ""),
-            fix=[f"export CUDA_MPS_PIPE_DIRECTORY={evidence.pipe_directory}",
-                 "echo get_server_list | nvidia-cuda-mps-control",
-                 "check the MPS log directory (control.log, server.log) for refused clients"],
-            before_start=False,
-        ), None
-    learner_pid = next(pid for pid, name in pids.items() if name.startswith("learner"))
-    servers = report.server_pids
-    server = next((s for s, cs in report.clients_by_server.items() if learner_pid in cs), None)
-    notes = [*evidence.notes, *(f"{key}={value} for the {role}" for role, variables in prepared.role_mps_env.items()
-                                for key, value in variables.items())]
-    return None, evidence.model_copy(update={
-        "effective": "mps", "clients_verified": True, "notes": notes,
-        "client_pids": {name.split("[")[0]: pid for pid, name in pids.items()},
-        "server_pids": servers, "server_pid": server,
-    })
-
-
-def _ambient_mps(evidence, children: dict, blocked: bool = False, cancelled=None):
-    """null mode with a reachable daemon: record whether the children ended up as MPS clients anyway."""
-    report = verify_mps_clients(evidence, list(children.values()), timeout_s=2.0, cancelled=cancelled)
-    if not report.all_attached:
-        if blocked:
-            return evidence.model_copy(update={"notes": [
-                *evidence.notes, "training.block_ambient_mps: the children were pointed at an empty pipe "
-                "directory; the reachable daemon lists neither of them as a client"]})
-        return evidence
-    return evidence.model_copy(update={
-        "effective": "mps", "clients_verified": True,
-        "client_pids": {name.split("[")[0]: pid for name, pid in children.items()},
-        "server_pids": report.server_pids,
-        "notes": [*evidence.notes, "not requested: the processes reached an ambient MPS daemon "
-                  "(CUDA_MPS_PIPE_DIRECTORY or the default pipe directory); unset it for a non-MPS baseline"],
-    })
 
 
 def _free_port() -> int:

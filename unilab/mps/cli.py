@@ -7,9 +7,9 @@ import json
 import sys
 
 from .errors import MpsToolError
-from .host import ToolHost
+from .host import HostFacts
 
-make_host = ToolHost  # tests replace this with a ToolHost of fakes
+make_host = HostFacts  # tests replace this with a HostFacts of fakes
 
 
 def _start(args) -> int:

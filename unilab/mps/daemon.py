@@ -23,7 +23,7 @@ from .control import (
     is_socket,
 )
 from .errors import MpsToolError
-from .host import NVIDIA_SMI, ToolHost, resolve_gpu, resolve_visible_gpus
+from .host import NVIDIA_SMI, HostFacts, resolve_gpu, resolve_visible_gpus
 from .layout import ALL_GPUS_DIR, Layout, MpsState, layout_for, prepare_dirs, read_state, select_state
 
 START_LOG = "unilab-mps-start.log"  # output of `nvidia-cuda-mps-control -d` (never a pipe: the daemon may keep it)
@@ -45,7 +45,7 @@ class StartOptions:
 _QUIT_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
-def start(host: ToolHost, opts: StartOptions) -> int:
+def start(host: HostFacts, opts: StartOptions) -> int:
     binary = host.find(CONTROL_BINARY)
     if binary is None:
         raise MpsToolError(f"unilab mps: '{CONTROL_BINARY}' is not on PATH (it ships with the NVIDIA driver utilities)")
@@ -105,7 +105,7 @@ def _announce(state: MpsState, layout: Layout, opts: StartOptions) -> None:
     print("\n".join(state.exports()), flush=True)
 
 
-def _launch(host: ToolHost, binary: str, env: dict, layout: Layout, opts: StartOptions):
+def _launch(host: HostFacts, binary: str, env: dict, layout: Layout, opts: StartOptions):
     """(foreground child or None, daemon pid, its start time), once the daemon answers get_server_list."""
     proc = None
     try:
@@ -133,7 +133,7 @@ def _where(opts) -> str:
     return f" --gpu {opts.gpu}" if opts.gpu else ""
 
 
-def _check_can_set_compute_mode(host: ToolHost) -> None:
+def _check_can_set_compute_mode(host: HostFacts) -> None:
     if not host.is_root():
         raise MpsToolError("unilab mps: --exclusive sets the GPU's compute mode (nvidia-smi -c EXCLUSIVE_PROCESS), "
                            "which needs root.\n  run it as root (sudo unilab mps start --exclusive ...), "
@@ -142,7 +142,7 @@ def _check_can_set_compute_mode(host: ToolHost) -> None:
         raise MpsToolError(f"unilab mps: --exclusive needs '{NVIDIA_SMI}', which is not on PATH")
 
 
-def _set_compute_mode(host: ToolHost, uuid: str, mode: str) -> None:
+def _set_compute_mode(host: HostFacts, uuid: str, mode: str) -> None:
     argv = [host.find(NVIDIA_SMI) or NVIDIA_SMI, "-i", uuid, "-c", mode]
     try:
         done = subprocess.run(argv, env=dict(host.env), capture_output=True, text=True, timeout=30)
@@ -153,7 +153,7 @@ def _set_compute_mode(host: ToolHost, uuid: str, mode: str) -> None:
         raise MpsToolError(f"unilab mps: `{shlex.join(argv)}` failed: {detail}")
 
 
-def _restore_compute_mode(host: ToolHost, uuid: str, mode: str | None, quiet: bool = False) -> None:
+def _restore_compute_mode(host: HostFacts, uuid: str, mode: str | None, quiet: bool = False) -> None:
     try:
         _set_compute_mode(host, uuid, mode or "DEFAULT")
     except MpsToolError:
@@ -163,7 +163,7 @@ def _restore_compute_mode(host: ToolHost, uuid: str, mode: str | None, quiet: bo
               file=sys.stderr)
 
 
-def _answers(host: ToolHost, pipe_dir: Path, timeout_s: float) -> bool:
+def _answers(host: HostFacts, pipe_dir: Path, timeout_s: float) -> bool:
     try:
         host.control(pipe_dir, timeout_s).server_pids()
         return True
@@ -171,11 +171,11 @@ def _answers(host: ToolHost, pipe_dir: Path, timeout_s: float) -> bool:
         return False
 
 
-def _alive(host: ToolHost, state: MpsState) -> bool:
+def _alive(host: HostFacts, state: MpsState) -> bool:
     return host.start_time(state.daemon_pid) == state.daemon_start_time
 
 
-def _refuse_live_or_clean(host: ToolHost, layout: Layout) -> None:
+def _refuse_live_or_clean(host: HostFacts, layout: Layout) -> None:
     state = read_state(layout.state_file)
     if state is not None and _alive(host, state):
         raise MpsToolError(f"unilab mps: a daemon started by unilab mps (pid {state.daemon_pid}) is running at "
@@ -209,7 +209,7 @@ def _daemonize(binary: str, env: dict, layout: Layout, timeout_s: float) -> None
                            + "\n".join(f"  {line}" for line in tail))
 
 
-def _wait_until_answers(host: ToolHost, layout: Layout, deadline: float, proc, timeout_s: float) -> int:
+def _wait_until_answers(host: HostFacts, layout: Layout, deadline: float, proc, timeout_s: float) -> int:
     last = "no control pipe yet"
     while True:
         if proc is not None and proc.poll() is not None:
@@ -231,7 +231,7 @@ def _wait_until_answers(host: ToolHost, layout: Layout, deadline: float, proc, t
         host.sleep(POLL_S)
 
 
-def _run_foreground(host: ToolHost, proc: subprocess.Popen, layout: Layout, state: MpsState, timeout_s: float) -> int:
+def _run_foreground(host: HostFacts, proc: subprocess.Popen, layout: Layout, state: MpsState, timeout_s: float) -> int:
     print("unilab mps: running in the foreground; Ctrl-C quits the daemon", file=sys.stderr)
     # SIGINT and SIGTERM quit cleanly, also where SIGINT was inherited as ignored (a shell's background job).
     previous = {}
@@ -260,7 +260,7 @@ def _run_foreground(host: ToolHost, proc: subprocess.Popen, layout: Layout, stat
     return 0
 
 
-def stop(host: ToolHost, gpu: str | None, pipe_dir: str | None, timeout_s: float = 10.0) -> int:
+def stop(host: HostFacts, gpu: str | None, pipe_dir: str | None, timeout_s: float = 10.0) -> int:
     path, state = select_state(host.root(), host.env, gpu, pipe_dir)
     now = host.start_time(state.daemon_pid)
     if now is None:
@@ -283,7 +283,7 @@ def stop(host: ToolHost, gpu: str | None, pipe_dir: str | None, timeout_s: float
     return 0
 
 
-def _quit_and_wait(host: ToolHost, state: MpsState, timeout_s: float) -> None:
+def _quit_and_wait(host: HostFacts, state: MpsState, timeout_s: float) -> None:
     control = Path(state.pipe_dir) / "control"
     deadline = host.clock() + timeout_s
     unanswered = None
@@ -310,7 +310,7 @@ def _quit_and_wait(host: ToolHost, state: MpsState, timeout_s: float) -> None:
         host.sleep(POLL_S)
 
 
-def _finish(host: ToolHost, path: Path, state: MpsState) -> None:
+def _finish(host: HostFacts, path: Path, state: MpsState) -> None:
     """After the daemon is gone: restore the compute mode we changed, then drop the record."""
     if state.compute_mode_set:
         _restore_compute_mode(host, state.gpu_uuid, state.previous_compute_mode)

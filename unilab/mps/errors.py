@@ -1,5 +1,5 @@
-"""The two error types of the package: an unmet prerequisite of a CUDA process-sharing request
-(with its fix), and a failure of `unilab mps` (with its exit status)."""
+"""The error types of the package: an unmet prerequisite of a CUDA process-sharing request (with its fix), an
+MPS setting of a request that cannot be used, and a failure of `unilab mps` (with its exit status)."""
 
 from __future__ import annotations
 
@@ -60,6 +60,11 @@ class CudaProcessSharingError(RuntimeError):
             "found": self.found,
             "fix": self.fix,
         }
+
+
+class MpsSettingError(ValueError):
+    """A training.mps_* value that cannot be used; the message says what to change (the config's checks
+    report it as a ConfigError)."""
 
 
 class MpsToolError(RuntimeError):

@@ -1,11 +1,13 @@
-"""What `unilab mps` reads from and does to the host; tests substitute fakes here (like HostFacts)."""
+"""The one facade over the host: what the probe, the client verification and `unilab mps` read from it and do
+to it. Tests substitute fakes here."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -20,9 +22,13 @@ NVIDIA_SMI = "nvidia-smi"
 
 
 @dataclass
-class ToolHost:
+class HostFacts:
+    """Everything read from the host and done to it; tests substitute fakes here."""
+
+    platform: str = sys.platform
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     nvml: NvmlReader = field(default_factory=lambda: SystemNvml())
+    access: Callable[[str, int], bool] = os.access
     which: Callable[..., str | None] = shutil.which
     euid: Callable[[], int] = os.geteuid  # owner of the directories it creates
     is_root: Callable[[], bool] = lambda: os.geteuid() == 0  # may change the compute mode
@@ -30,6 +36,11 @@ class ToolHost:
     sleep: Callable[[float], None] = time.sleep
     proc: Path = Path("/proc")
     tmp: Path = TMP  # holds the daemons' root directory (layout.py)
+
+    def with_env(self, overrides: Mapping[str, str]) -> HostFacts:
+        """This host as a process started with `overrides` in its environment sees it (e.g. a daemon's
+        CUDA_MPS_* exports)."""
+        return replace(self, env={**self.env, **overrides})
 
     def root(self) -> Path:
         return default_root(self.euid(), self.tmp)
@@ -65,7 +76,7 @@ class ToolHost:
         return hits[0] if len(hits) == 1 else None
 
 
-def _nvml_gpus(host: ToolHost) -> tuple[list[GpuInfo], str]:
+def _nvml_gpus(host: HostFacts) -> tuple[list[GpuInfo], str]:
     """NVML's GPUs and a listing of them for messages."""
     try:
         gpus = host.nvml.gpus()
@@ -75,7 +86,7 @@ def _nvml_gpus(host: ToolHost) -> tuple[list[GpuInfo], str]:
     return gpus, "; ".join(f"{g.index}: {g.uuid}" for g in gpus) or "none"
 
 
-def _visible(host: ToolHost) -> list[GpuInfo | MigEntry]:
+def _visible(host: HostFacts) -> list[GpuInfo | MigEntry]:
     """CUDA's devices in CUDA's order (CUDA_VISIBLE_DEVICES aware); at least one."""
     gpus, listing = _nvml_gpus(host)
     visible = visible_devices(host.env.get("CUDA_VISIBLE_DEVICES"), gpus)
@@ -85,7 +96,7 @@ def _visible(host: ToolHost) -> list[GpuInfo | MigEntry]:
     return visible
 
 
-def resolve_visible_gpus(host: ToolHost) -> list[GpuInfo]:
+def resolve_visible_gpus(host: HostFacts) -> list[GpuInfo]:
     """--all-gpus: every GPU CUDA sees, in CUDA's order (cuda:i is entry i), none of them MIG."""
     return [_not_mig(gpu) for gpu in _visible(host)]
 
@@ -99,7 +110,7 @@ def _not_mig(gpu: GpuInfo | MigEntry) -> GpuInfo:
     return gpu
 
 
-def resolve_gpu(host: ToolHost, spec: str | None) -> GpuInfo:
+def resolve_gpu(host: HostFacts, spec: str | None) -> GpuInfo:
     """--gpu as an NVML index or a (prefix of a) UUID; by default CUDA's device 0 (CUDA_VISIBLE_DEVICES aware)."""
     if spec is None:
         return _not_mig(_visible(host)[0])

@@ -9,17 +9,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import sys
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
-from typing import Callable, Mapping
 
 from .control import (
-    Cancelled,
     ControlBinaryMissing,
     DaemonNoAnswer,
     MpsControl,
@@ -29,25 +24,14 @@ from .control import (
     pipe_directory,
 )
 from .errors import CudaProcessSharingError, Prerequisite
-from .layout import TMP, Layout, default_root, layout_for, start_daemon_commands
-from .nvml import GpuInfo, MigEntry, NvmlReader, NvmlUnavailable, SystemNvml, visible_devices
-from .record import CudaProcessSharingEvidence, MpsClientReport
+from .host import HostFacts
+from .layout import Layout, layout_for, start_daemon_commands
+from .nvml import GpuInfo, MigEntry, NvmlUnavailable, visible_devices
+from .record import CudaProcessSharingEvidence
 
 SUPPORTED_MODES = ("mps",)
 SUPPORTED_BACKENDS = ("mjwarp",)
 _CUDA_DEVICE = re.compile(r"^cuda(?::(\d+))?$")
-
-
-@dataclass
-class HostFacts:
-    """Everything the probe reads from the host; tests substitute fakes here."""
-
-    platform: str = sys.platform
-    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
-    nvml: NvmlReader = field(default_factory=lambda: SystemNvml())
-    access: Callable[[str, int], bool] = os.access
-    which: Callable[..., str | None] = shutil.which
-    tmp: Path = TMP  # holds the root of the daemon directories its fixes name (layout.py)
 
 
 def _mode_value(requested) -> str | None:
@@ -234,7 +218,7 @@ def _same_physical_gpu(host: HostFacts, learner_idx: int, collector_idx: int, ba
 def _daemon_layout(host: HostFacts, gpu: GpuInfo, pipe: PipeDirectory | None = None) -> Layout:
     """The directories `unilab mps start --gpu <uuid>` uses for the probed GPU; `pipe`, when given,
     keeps the pipe directory the user exported (the log directory stays the convention's)."""
-    layout = layout_for(default_root(os.geteuid(), host.tmp), gpu.uuid)
+    layout = layout_for(host.root(), gpu.uuid)
     return layout if pipe is None else replace(layout, pipe_dir=Path(pipe.path))
 
 
@@ -300,47 +284,3 @@ def _ask_daemon(control: MpsControl, pipe: PipeDirectory) -> list[int]:
                  "echo quit | nvidia-cuda-mps-control    # stop a wedged daemon, then start again:",
                  "nvidia-cuda-mps-control -d"],
         ) from exc
-
-
-def verify_mps_clients(
-    evidence: CudaProcessSharingEvidence,
-    pids,
-    timeout_s: float = 10.0,
-    *,
-    host: HostFacts | None = None,
-    poll_s: float = 0.2,
-    cancelled: Callable[[], bool] | None = None,
-) -> MpsClientReport:
-    """Ask the probed daemon which of `pids` are clients of its servers, polling until timeout.
-    `cancelled` (e.g. the launcher got SIGINT/SIGTERM) is looked at between polls and while a command
-    waits for the daemon; once true, the report so far returns at once, with error "cancelled"."""
-    host = host or HostFacts()
-    pipe = PipeDirectory(evidence.pipe_directory, evidence.pipe_directory_source or "env")
-    control = MpsControl(pipe, host.env, timeout_s=max(1.0, min(timeout_s, 5.0)), which=host.which,
-                         cancelled=cancelled)
-    wanted = [int(p) for p in pids]
-    deadline = time.monotonic() + timeout_s
-    while True:
-        error = None
-        clients: dict[int, list[int]] = {}
-        try:
-            servers = control.server_pids()
-            for server in servers:
-                clients[server] = control.client_pids(server)
-        except Cancelled:
-            servers, error = [], "cancelled"
-        except (ControlBinaryMissing, DaemonNoAnswer) as exc:
-            servers, error = [], str(exc)
-        seen = {c for cs in clients.values() for c in cs}
-        attached = {pid: pid in seen for pid in wanted}
-        stop = error == "cancelled" or (cancelled is not None and cancelled())
-        if all(attached.values()) or stop or time.monotonic() >= deadline:
-            return MpsClientReport(server_pids=servers, attached=attached, clients_by_server=clients,
-                                   error="cancelled" if stop and not all(attached.values()) else error)
-        _sleep_unless(cancelled, min(poll_s, max(0.0, deadline - time.monotonic())))
-
-
-def _sleep_unless(cancelled: Callable[[], bool] | None, seconds: float) -> None:
-    end = time.monotonic() + seconds
-    while (left := end - time.monotonic()) > 0 and not (cancelled is not None and cancelled()):
-        time.sleep(min(left, 0.05))

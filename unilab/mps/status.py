@@ -11,11 +11,11 @@ from pathlib import Path
 
 from .control import ControlBinaryMissing, DaemonNoAnswer, PipeDirectory, daemon_pid, is_socket
 from .control import pipe_directory as ambient_pipe
-from .host import ToolHost
+from .host import HostFacts
 from .layout import MpsState, known_state_files, read_state
 
 
-def collect(host: ToolHost, timeout_s: float = 2.0) -> list[dict]:
+def collect(host: HostFacts, timeout_s: float = 2.0) -> list[dict]:
     entries: list[dict] = []
     for path in known_state_files(host.root(), host.env):
         state = read_state(path)
@@ -33,7 +33,7 @@ def collect(host: ToolHost, timeout_s: float = 2.0) -> list[dict]:
     return entries
 
 
-def _describe(host: ToolHost, pipe: Path, source: str, timeout_s: float,
+def _describe(host: HostFacts, pipe: Path, source: str, timeout_s: float,
               state: MpsState | None = None, state_file: Path | None = None) -> dict:
     control = pipe / "control"
     entry: dict = {
