@@ -17,7 +17,9 @@ Then every checkpoint is evaluated (`unilab eval RUN --checkpoint F --suite nomi
 `--eval-jobs` at a time, after all runs: evaluation never shares the GPU with a timed run). A checkpoint
 walks when its nominal suite has mean linear error <= 0.10 m/s, yaw-rate error <= 0.15 rad/s and no falls;
 the report gives, per run, the first one that does and when it was written. OUT/time_to_walk.json is written
-after each run (`"evaluated": false`, the timings so far) and again after the evaluations.
+after each run (`"evaluated": false`, the timings so far) and again after the evaluations. Runs and evaluations
+start in OUT (a path in an override is relative to OUT), never in the folder the benchmark was started from,
+which may go away while they run.
 """
 
 from __future__ import annotations
@@ -37,6 +39,23 @@ from pathlib import Path
 
 TARGETS = {"lin_error": 0.10, "yaw_error": 0.15, "fall_fraction": 0.0}
 CHECKPOINT = re.compile(r"iter_(\d+)\.pt$")
+REPO = Path(__file__).resolve().parents[1]  # the checkout whose unilab the runs and evaluations load
+TRAIN = [sys.executable, "-m", "unilab.cli.train"]
+EVAL = [sys.executable, "-m", "unilab.cli.tools", "eval"]
+
+
+def child_options(out: Path, env: dict[str, str] | None = None) -> dict:
+    """Where a run or an evaluation starts: in OUT, with this checkout first on PYTHONPATH.
+
+    Not in the folder the benchmark was started from: that folder can be removed or replaced while the runs and
+    evaluations go on (a copy of the tree sent again to the machine, a temporary folder cleaned up), and a child
+    started there then has no working directory: torch fails at import, in os.getcwd() inside its compile
+    config or with "Intel oneMKL FATAL ERROR: Cannot load .../libtorch_cpu.so". `python -m` found unilab in
+    that folder; PYTHONPATH keeps finding this checkout's.
+    """
+    env = {**os.environ, **(env or {})}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
+    return {"cwd": str(out), "env": env}
 
 
 def walks(overall: dict) -> bool:
@@ -57,13 +76,13 @@ def checkpoint_times(run: Path, started_wall: float) -> list[dict]:
 
 def timed_run(overrides: list[str], seed: int, out: Path, cache: Path, seconds: float, save_interval: int) -> dict:
     name = f"seed{seed}"
-    cmd = [sys.executable, "-m", "unilab.cli.train", *overrides, f"training.seed={seed}",
+    cmd = [*TRAIN, *overrides, f"training.seed={seed}",
            "algo.max_iterations=10000000", f"algo.save_interval={save_interval}", "training.no_play=true",
            "training.logger=[]", f"training.log_dir={out}", f"training.run_name={name}"]
-    env = {**os.environ, "UNILAB_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"}
+    options = child_options(out, {"UNILAB_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"})
     started_wall, started = time.time(), time.monotonic()
     log = (out / f"{name}.console.log").open("w")
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True, **options)
     first_row = None
     metrics = out / name / "metrics.jsonl"
     while proc.poll() is None and time.monotonic() - started < seconds:
@@ -90,9 +109,9 @@ def timed_run(overrides: list[str], seed: int, out: Path, cache: Path, seconds: 
 
 def evaluate(run: str, ckpt: dict, envs_per_command: int) -> dict:
     report = Path(run) / f"eval_nominal_iter_{ckpt['iteration']:07d}.json"
-    cmd = [sys.executable, "-m", "unilab.cli.tools", "eval", run, "--checkpoint", ckpt["checkpoint"],
+    cmd = [*EVAL, run, "--checkpoint", ckpt["checkpoint"],
            "--suite", "nominal", "--envs-per-command", str(envs_per_command), "--out", str(report)]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, **child_options(Path(run).parent))
     if done.returncode or not report.exists():
         return {**ckpt, "eval_error": done.stderr[-1500:]}
     overall = json.loads(report.read_text())["suites"]["nominal"]["overall"]
@@ -115,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.seconds <= 0 or args.save_interval < 1 or args.eval_jobs < 1:
         ap.error("--seconds must be > 0, --save-interval and --eval-jobs >= 1")
+    # the children start in OUT (child_options): every path they get is absolute
+    args.out, args.warm = args.out.resolve(), args.warm and args.warm.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     runs = []
 

@@ -1,4 +1,5 @@
-"""benchmarks/time_to_walk.py: the walk targets on eval means, checkpoint times, bad arguments."""
+"""benchmarks/time_to_walk.py: the walk targets on eval means, checkpoint times, bad arguments, where the
+runs and evaluations start."""
 
 from __future__ import annotations
 
@@ -70,3 +71,46 @@ def test_the_report_is_written_after_each_run_and_again_once_evaluated(tmp_path,
     final = json.loads((out / "time_to_walk.json").read_text())
     assert final["evaluated"] is True and [r["seed"] for r in final["runs"]] == [1, 2]
     assert final["runs"][0]["first_walking"] is None and final["runs"][1]["first_walking"]["written_s"] == 92.0
+
+
+FAKE_TRAIN = """
+import json, os, sys
+from pathlib import Path
+import unilab
+cwd = os.getcwd()  # what torch's compile config and oneMKL's loader do at import: fails where the folder is gone
+args = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a)
+run = Path(args["training.log_dir"]) / args["training.run_name"]
+(run / "checkpoints").mkdir(parents=True)
+(run / "metrics.jsonl").write_text(json.dumps({"cwd": cwd, "unilab": unilab.__file__}) + "\\n")
+(run / "checkpoints" / "iter_0000500.pt").write_bytes(b"x")
+(run / "run_summary.json").write_text(json.dumps({"status": "completed"}))
+"""
+FAKE_EVAL = """
+import json, os, sys
+cwd = os.getcwd()
+report = sys.argv[sys.argv.index("--out") + 1]
+overall = {"lin_error": 0.05, "yaw_error": 0.05, "fall_fraction": 0.0, "cwd": cwd}
+open(report, "w").write(json.dumps({"suites": {"nominal": {"overall": overall}}}))
+"""
+
+
+def test_runs_and_evaluations_start_in_out_when_the_launch_folder_is_gone(tmp_path, monkeypatch):
+    """The folder the benchmark was started from is removed (a tree sent again to the machine, say): runs and
+    evaluations started after that still start, in OUT, and load this checkout's unilab."""
+    for name, text in (("fake_train.py", FAKE_TRAIN), ("fake_eval.py", FAKE_EVAL)):
+        (tmp_path / name).write_text(text)
+    monkeypatch.setattr(time_to_walk, "TRAIN", [sys.executable, str(tmp_path / "fake_train.py")])
+    monkeypatch.setattr(time_to_walk, "EVAL", [sys.executable, str(tmp_path / "fake_eval.py")])
+    monkeypatch.delenv("PYTHONPATH", raising=False)  # unilab is found through the benchmark's checkout alone
+    launch, out = tmp_path / "launch", tmp_path / "o"
+    launch.mkdir()
+    monkeypatch.chdir(launch)
+    launch.rmdir()
+    assert time_to_walk.main(["--seeds", "1", "--seconds", "60", "--warm", str(tmp_path), "--out", str(out)]) == 0
+    run = json.loads((out / "time_to_walk.json").read_text())["runs"][0]
+    assert run["exit"] == 0 and run["status"] == "completed"
+    started = json.loads((out / "seed1" / "metrics.jsonl").read_text())
+    assert started["cwd"] == str(out)
+    assert Path(started["unilab"]).resolve().is_relative_to(time_to_walk.REPO / "unilab")
+    [ckpt] = run["checkpoints"]
+    assert "eval_error" not in ckpt and ckpt["nominal"]["cwd"] == str(out) and ckpt["walks"]
