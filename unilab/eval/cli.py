@@ -60,6 +60,17 @@ def check_inputs(run: str, checkpoint: str | None, tasks: tuple[str, ...] | None
     return config, ckpt
 
 
+def checkpoint_state(ckpt: Path) -> dict:
+    """The checkpoint's dict, read before any env is built; EvalInputError for one that is refused (it holds
+    more than data) or unreadable."""
+    from unilab.runtime.play import read_policy_checkpoint
+
+    try:
+        return read_policy_checkpoint(ckpt)
+    except ValueError as exc:
+        raise EvalInputError(str(exc)) from exc
+
+
 class _WalkEval:
     """The walk task's command grid."""
 
@@ -132,6 +143,7 @@ def evaluate(run: str, *, checkpoint: str | None = None, suites=("nominal", "rob
     from unilab.tasks import make_env
 
     config, ckpt = check_inputs(run, checkpoint)
+    state = checkpoint_state(ckpt)
     evaluation = EVALUATIONS[config["task"]["name"]](config["task"], settings)
     device = device or str(config["training"]["device"])
     seed = int(config["training"]["seed"]) + 104729  # neither the training nor the play envs' seed
@@ -144,7 +156,7 @@ def evaluate(run: str, *, checkpoint: str | None = None, suites=("nominal", "rob
         task = instantiate("task", evaluation.task_config(config["task"], suite))
         env = make_env(task, sim, device, seed)
         try:
-            learner, state = load_learner(algo, env, ckpt, device, seed)
+            learner, state = load_learner(algo, env, ckpt, device, seed, state=state)
         except ValueError as exc:
             raise EvalInputError(str(exc)) from exc
         report["iteration"], report["env_steps"] = int(state["iteration"]), int(state.get("env_steps", 0))

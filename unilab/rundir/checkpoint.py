@@ -1,8 +1,14 @@
-"""Checkpoints under <run dir>/checkpoints; `training.resume` accepts a run dir or a file."""
+"""Checkpoints under <run dir>/checkpoints; `training.resume` accepts a run dir or a file.
+
+A checkpoint is read with torch's weights-only unpickler: tensors, numbers, strings, lists, tuples and
+dicts, which is all unilab writes. A file that names any other Python global (a class, or a function such
+as os.system that a crafted pickle would call) is refused before anything in it runs (docs/en/trust-model.md).
+"""
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,13 +48,20 @@ class FoundCheckpoint:
         return int(self.state["iteration"])
 
 
+class UnsafeCheckpoint(ValueError):
+    """A checkpoint that names Python globals besides tensors and plain data: refused, never loaded."""
+
+
 def read_checkpoint(path: Path) -> dict[str, Any]:
-    """The checkpoint loaded on the CPU; ValueError when it is not a whole checkpoint."""
+    """The checkpoint loaded on the CPU; ValueError when it is not a whole checkpoint (UnsafeCheckpoint
+    when it holds more than data)."""
     try:
         state = load_checkpoint(path, "cpu")
         if not isinstance(state, dict) or not {"iteration", "env_steps", "learner"} <= set(state):
             raise ValueError("not a unilab checkpoint (iteration, env_steps, learner)")
         int(state["iteration"])
+    except UnsafeCheckpoint:
+        raise
     except Exception as exc:  # torch raises RuntimeError, EOFError, pickle and zip errors for a torn file
         raise ValueError(f"{path}: unreadable checkpoint ({type(exc).__name__}: {exc})") from None
     return state
@@ -91,6 +104,8 @@ def find_intact_checkpoint(resume: str) -> FoundCheckpoint:
     for candidate in candidates:
         try:
             state = read_checkpoint(candidate)
+        except UnsafeCheckpoint:
+            raise  # not a torn save to step over: someone put it there
         except ValueError as exc:
             skipped.append(str(exc))
             continue
@@ -105,6 +120,35 @@ def run_dir_of(checkpoint: Path) -> Path:
 
 
 def load_checkpoint(path: str | Path, device) -> dict:
+    """The checkpoint on `device`, read by torch's weights-only unpickler. UnsafeCheckpoint, naming the
+    globals found, for a file that names any beyond tensors and plain data (nothing in it has run);
+    torch's own errors for a file that is torn or no checkpoint at all."""
+    import pickle
+
     import torch
 
-    return torch.load(path, map_location=device, weights_only=False)
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        if "Weights only load failed" not in str(exc):
+            raise
+        found = _foreign_globals(path, str(exc))
+        if not found:  # torn, or no pickle at all: torch's reason, without its advice to load it unsafely
+            reason = re.search(r"WeightsUnpickler error:\s*(\S[^\n]*)", str(exc))
+            raise pickle.UnpicklingError(reason.group(1) if reason else "not a pickle of plain data") from None
+        named = ("the Python global " if len(found) == 1 else "the Python globals ") + ", ".join(found)
+        raise UnsafeCheckpoint(
+            f"{path}: refused: it names {named}; a unilab checkpoint holds only tensors and plain data "
+            "(numbers, strings, lists, dicts). Nothing in the file was run") from None
+
+
+def _foreign_globals(path: str | Path, error: str) -> list[str]:
+    """The Python globals the file names beyond those the weights-only unpickler allows, read from the
+    pickle's opcodes (nothing is run); else those torch's error names."""
+    from torch.serialization import get_unsafe_globals_in_checkpoint
+
+    try:
+        found = get_unsafe_globals_in_checkpoint(path)
+    except Exception:  # noqa: BLE001  (a legacy or torn file: torch's error still names the global it met)
+        found = re.findall(r"GLOBAL ([\w.]+)", error)
+    return sorted(set(found))
