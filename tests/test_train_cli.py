@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fakes import GPU_A, FakeNvml
-from train_calls import Spy, interrupt_real_sweep, run_dirs, run_train, spies  # noqa: F401 - spies is a fixture
+from train_calls import Spy, interrupt_real_sweep, run_dirs, run_train, spies, tree_digest  # noqa: F401 - spies is a fixture
 from unilab.cli.tools import main as tools_main
 
 
@@ -411,6 +411,31 @@ def test_resume_falls_back_from_a_corrupt_latest_checkpoint(resumable, capsys):
     assert prepared.resume_checkpoint == str(run / "checkpoints" / "iter_0000010.pt")
     assert "resuming from iter_0000010.pt instead" in capsys.readouterr().err
     assert any("iter_0000010.pt instead" in note for note in prepared.notes)  # for run_summary.json
+
+
+def test_resume_refuses_a_checkpoint_that_does_not_fit_the_learner_leaving_the_run_dir_as_it_was(resumable, capsys):
+    """The check of play, eval and export (the learner state loads into this config's learner), run before the
+    run directory is touched: not a segment archived and a failed run, then the learner's KeyError."""
+    import dataclasses
+
+    from unilab.algos.base import make_learner
+    from unilab.registry import instantiate
+    from unilab.rundir.checkpoint import save_checkpoint
+    from unilab.rundir.run_config import load_run_config
+
+    run, launcher = resumable
+    sizes = {"obs_dim": 98, "critic_obs_dim": 106, "action_dim": 29}
+    algo = dataclasses.replace(instantiate("algo", load_run_config(run)["algo"]), replay_capacity=1)
+    whole = make_learner(algo, *sizes.values(), "cpu", 0).state_dict()
+    save_checkpoint(run, 30, 480, {k: v for k, v in whole.items() if k != "actor"}, meta={"dims": sizes})
+    before = tree_digest(run, contents_of_lock=False)
+    assert resume(run) == 2
+    err = capsys.readouterr().err
+    assert "iter_0000030.pt: does not fit this run's fastsac learner for g1_walk_flat ('actor')" in err, err
+    assert "Traceback" not in err and not launcher.calls
+    assert tree_digest(run, contents_of_lock=False) == before
+    save_checkpoint(run, 30, 480, whole, meta={"dims": sizes})  # the whole state fits: the resume goes ahead
+    assert resume(run) == 0 and len(launcher.calls) == 1
 
 
 def test_a_run_dir_in_use_is_refused_naming_the_holder(resumable, capsys):

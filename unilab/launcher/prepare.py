@@ -63,6 +63,28 @@ def _resume_dir(resume: str) -> Path:
     return run_dir
 
 
+def _check_fit(found, config: dict, resume: str) -> None:
+    """The checkpoint's learner state loads into this config's learner, built on the CPU for the sizes the
+    checkpoint records: the check of play, eval and export, here before segments/ is archived rather than
+    in the learner after. A checkpoint from before that record is left to the learner's own load."""
+    import dataclasses
+
+    from unilab.registry import instantiate
+    from unilab.runtime.play import fitted_learner
+
+    dims = found.state.get("dims")
+    if not dims:
+        return
+    # Loading is all it does: a one-row replay, nothing compiled.
+    algo = dataclasses.replace(instantiate("algo", config["algo"]), replay_capacity=1, compile=False)
+    try:
+        sizes = (int(dims["obs_dim"]), int(dims["critic_obs_dim"]), int(dims["action_dim"]))
+        fitted_learner(algo, sizes, found.state, found.path, str(config["task"]["name"]), "cpu", 0)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"training.resume={resume}: {exc}; resume from a checkpoint of this run "
+                          "(or start a new run)") from None
+
+
 def _resume_target(resume: str, config: dict) -> ResumeTarget:
     """Everything a resume needs, checked before the run directory is touched (ConfigError otherwise)."""
     from unilab.rundir.checkpoint import find_intact_checkpoint, run_dir_of
@@ -85,6 +107,7 @@ def _resume_target(resume: str, config: dict) -> ResumeTarget:
         raise ConfigError(f"training.resume={resume}: {found.path.name} was trained with another network or "
                           "task; resume with the checkpoint's values (or start a new run):\n    "
                           + "\n    ".join(differing))
+    _check_fit(found, config, resume)
     max_iterations = int(config["algo"]["max_iterations"])
     if max_iterations <= found.iteration:
         raise ConfigError(f"training.resume={resume}: algo.max_iterations={max_iterations} but {found.path.name} "

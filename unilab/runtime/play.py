@@ -140,20 +140,28 @@ def load_learner(algo, env, checkpoint, device: str, seed: int, state: dict | No
     A checkpoint whose shapes do not fit the config raises ValueError."""
     import dataclasses
 
+    state = read_policy_checkpoint(checkpoint) if state is None else state
+    # The replay is never sampled here: keep it one batch of envs small.
+    algo = dataclasses.replace(algo, replay_capacity=env.num_envs)
+    sizes = (env.obs_dim, env.critic_obs_dim, env.action_dim)
+    return fitted_learner(algo, sizes, state, checkpoint, env.cfg.name, device, seed), state
+
+
+def fitted_learner(algo, sizes: tuple[int, int, int], state: dict, checkpoint, task: str, device: str, seed: int):
+    """The learner of the typed algo config `algo` for (obs_dim, critic_obs_dim, action_dim) `sizes`, with the
+    checkpoint's learner state loaded: play, eval and export use it, and a resume checks with it before it
+    touches the run directory. ValueError when the state does not fit (a network missing or of other shapes)."""
     import torch
 
     from unilab.algos.base import make_learner
 
-    state = read_policy_checkpoint(checkpoint) if state is None else state
-    # The replay is never sampled here: keep it one batch of envs small.
-    algo = dataclasses.replace(algo, replay_capacity=env.num_envs)
-    learner = make_learner(algo, env.obs_dim, env.critic_obs_dim, env.action_dim, torch.device(device), seed)
+    learner = make_learner(algo, *sizes, torch.device(device), seed)
     try:
         learner.load_state_dict(state["learner"])
-    except (RuntimeError, KeyError, TypeError) as exc:
-        raise ValueError(f"{checkpoint}: does not fit this run's {algo.name} learner "
-                         f"for {env.cfg.name} ({str(exc).splitlines()[0]})") from exc
-    return learner, state
+    except (RuntimeError, KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:  # what a bad dict raises
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ValueError(f"{checkpoint}: does not fit this run's {algo.name} learner for {task} ({reason})") from exc
+    return learner
 
 
 def play_main(run_dir: str, config: dict, device: str, out) -> None:
