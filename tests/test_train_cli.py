@@ -438,6 +438,23 @@ def test_resume_refuses_a_checkpoint_that_does_not_fit_the_learner_leaving_the_r
     assert resume(run) == 0 and len(launcher.calls) == 1
 
 
+def test_a_resume_removes_what_saves_cut_short_left(resumable, capsys):
+    run, launcher = resumable
+    folder = run / "checkpoints"
+    (folder / "iter_0000030.tmp").write_bytes(b"the first bytes of a checkpoint")  # killed mid-save
+    (folder / "latest.pt.tmp").symlink_to("iter_0000030.pt")  # killed between the link and its rename
+    kept = sorted(p.name for p in folder.iterdir() if p.suffix != ".tmp")
+    assert resume(run, "algo.max_iterations=20") == 2  # a refused resume touches nothing
+    assert (folder / "iter_0000030.tmp").exists()
+    capsys.readouterr()
+    assert resume(run) == 0
+    note = "removed iter_0000030.tmp, latest.pt.tmp from checkpoints/: left by a save that was cut short"
+    assert f"unilab: note: {note}" in capsys.readouterr().err
+    assert sorted(p.name for p in folder.iterdir()) == kept
+    ((prepared, _cfg), _kwargs) = launcher.calls[0]
+    assert note in prepared.notes  # for run_summary.json
+
+
 def test_a_run_dir_in_use_is_refused_naming_the_holder(resumable, capsys):
     from unilab.rundir.lock import RunDirLock
 

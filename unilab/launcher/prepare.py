@@ -163,6 +163,7 @@ def prepare_run(request: ValidatedRequest, name_suffix: str = "") -> PreparedRun
             for note in target.notes:
                 print(f"unilab: note: {note}", file=sys.stderr)
             archive_segment(run_dir)
+            _remove_partial_saves(run_dir, target)
         write_run_config(own_dir, config)
         manifest = RuntimeManifest(
             run_dir=str(run_dir),
@@ -183,6 +184,18 @@ def prepare_run(request: ValidatedRequest, name_suffix: str = "") -> PreparedRun
                        resume_checkpoint=target.checkpoint if target else None, rank_devices=request.rank_devices,
                        rank_evidence=request.rank_evidence, role_mps_env=request.role_mps_env, lock=lock,
                        notes=list(target.notes) if target else [], world=world, own_dir=own_dir)
+
+
+def _remove_partial_saves(run_dir: Path, target: ResumeTarget) -> None:
+    """A resume removes the temporary files of saves cut short, with a note (console and run_summary.json)."""
+    from unilab.rundir.checkpoint import remove_partial_saves
+    from unilab.rundir.layout import CHECKPOINT_DIR
+
+    removed = remove_partial_saves(run_dir)
+    if removed:
+        note = f"removed {', '.join(removed)} from {CHECKPOINT_DIR}/: left by a save that was cut short"
+        print(f"unilab: note: {note}", file=sys.stderr)
+        target.notes.append(note)
 
 
 def _claim_rank_dir(config: dict, world: DistributedContext):

@@ -114,6 +114,18 @@ def find_intact_checkpoint(resume: str) -> FoundCheckpoint:
     raise FileNotFoundError(f"training.resume={resume}: no intact checkpoint in {folder}:\n  " + "\n  ".join(skipped))
 
 
+def remove_partial_saves(run_dir: str | Path) -> list[str]:
+    """Remove what saves cut short left in checkpoints/ (an iter_N.tmp or latest.pt.tmp, from a run killed
+    between the write and the rename: it would stay until that iteration is saved again); their names.
+    A resume calls it, under the run directory's lock."""
+    removed = []
+    for tmp in sorted((Path(run_dir) / CHECKPOINT_DIR).glob("*.tmp")):
+        if tmp.is_symlink() or tmp.is_file():
+            tmp.unlink()
+            removed.append(tmp.name)
+    return removed
+
+
 def run_dir_of(checkpoint: Path) -> Path:
     """<run dir>/checkpoints/<file> -> <run dir> (through the latest.pt link)."""
     return checkpoint.resolve().parent.parent
