@@ -114,6 +114,31 @@ def find_intact_checkpoint(resume: str) -> FoundCheckpoint:
     raise FileNotFoundError(f"training.resume={resume}: no intact checkpoint in {folder}:\n  " + "\n  ".join(skipped))
 
 
+def prune_checkpoints(run_dir: str | Path, keep: int | None, newest: Path) -> list[str]:
+    """training.keep_checkpoints: once `newest` is saved (latest.pt points to it), remove the iter_N.pt files
+    beyond the `keep` newest at or below its iteration (None: keep every one); their names. latest.pt's file
+    always stays; files of later iterations (from before a resume from an earlier checkpoint, which overwrites
+    them as it reaches them) are left alone."""
+    if not keep:
+        return []
+    folder = Path(run_dir) / CHECKPOINT_DIR
+    latest = folder / LATEST_CHECKPOINT
+    kept = {newest.name, latest.resolve().name if latest.exists() else newest.name}
+    limit = _iteration(newest.name)
+    saved = sorted((n, p) for p in folder.glob(CHECKPOINT_GLOB) if (n := _iteration(p.name)) is not None and n <= limit)
+    removed = []
+    for _, path in saved[:max(len(saved) - keep, 0)]:
+        if path.name not in kept:
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+    return removed
+
+
+def _iteration(name: str) -> int | None:
+    match = re.fullmatch(r"iter_(\d+)\.pt", name)
+    return int(match.group(1)) if match else None
+
+
 def remove_partial_saves(run_dir: str | Path) -> list[str]:
     """Remove what saves cut short left in checkpoints/ (an iter_N.tmp or latest.pt.tmp, from a run killed
     between the write and the rename: it would stay until that iteration is saved again); their names.
