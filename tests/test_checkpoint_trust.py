@@ -102,6 +102,35 @@ def test_the_learners_checkpoints_load_as_plain_data(tmp_path):
         torch.testing.assert_close(again.act(obs, deterministic=True), learner.act(obs, deterministic=True))
 
 
+def test_a_latest_link_that_leads_to_another_run_is_not_followed(tmp_path, spies, capsys):
+    """latest.pt is followed only to a file beside it: one naming another run's checkpoint would have a resume
+    continue that other run (and play, eval and export read it) instead of the run named."""
+    from unilab.rundir.checkpoint import save_checkpoint
+
+    log_dir = tmp_path / "runs"
+    for name in ("mine", "other"):
+        assert run_train("+preset=cpu_smoke", f"training.log_dir={log_dir}", f"training.run_name={name}") == 0
+        save_checkpoint(log_dir / name, 10, 160, {})
+    mine, other = log_dir / "mine", log_dir / "other"
+    (mine / "checkpoints" / "latest.pt").unlink()
+    (mine / "checkpoints" / "latest.pt").symlink_to(other / "checkpoints" / "iter_0000010.pt")
+    spies[0].calls.clear()
+    before = {run: tree_digest(run, contents_of_lock=False) for run in (mine, other)}
+    calls = {
+        "train resume": lambda: run_train("+preset=cpu_smoke", f"training.log_dir={log_dir}", f"training.resume={mine}"),
+        "play": lambda: tools_main(["play", str(mine), "--device", "cpu"]),
+        "eval": lambda: tools_main(["eval", str(mine), "--device", "cpu"]),
+        "export": lambda: tools_main(["export", str(mine)]),
+    }
+    for name, call in calls.items():
+        assert call() == 2, name
+        err = capsys.readouterr().err
+        assert f"{mine / 'checkpoints' / 'latest.pt'} leads out of {mine / 'checkpoints'}" in err, (name, err)
+        assert "Traceback" not in err, name
+        assert {run: tree_digest(run, contents_of_lock=False) for run in (mine, other)} == before, name
+    assert not spies[0].calls
+
+
 def test_refused_is_for_files_that_name_code_unreadable_for_the_rest(tmp_path):
     from unilab.rundir.checkpoint import UnsafeCheckpoint, read_checkpoint
 

@@ -49,7 +49,7 @@ def check_inputs(run: str, checkpoint: str | None, tasks: tuple[str, ...] | None
         raise EvalInputError(f"no evaluation for task {task!r} yet; evaluated tasks: {', '.join(EVALUATED_TASKS)}")
     try:
         ckpt = find_checkpoint(checkpoint or run)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:  # ValueError: a latest.pt leading out of checkpoints/
         raise EvalInputError(str(exc).replace("training.resume=", "")) from exc
     owner = run_dir_of(ckpt)
     if checkpoint and is_run_dir(owner):

@@ -56,7 +56,7 @@ def _resume_dir(resume: str) -> Path:
 
     try:
         run_dir = run_dir_of(find_checkpoint(resume))
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:  # ValueError: a latest.pt leading out of checkpoints/
         raise ConfigError(str(exc)) from exc
     if not is_run_dir(run_dir):
         raise ConfigError(f"training.resume={resume}: {run_dir} is not a unilab run directory")

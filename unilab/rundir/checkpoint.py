@@ -71,9 +71,9 @@ def find_checkpoint(resume: str) -> Path:
     """A checkpoint file, or the latest checkpoint of a run directory (not loaded: see find_intact_checkpoint)."""
     path = Path(resume).expanduser()
     if path.is_dir():
-        latest = path / CHECKPOINT_DIR / LATEST_CHECKPOINT
-        if latest.exists():
-            return latest.resolve()
+        latest = latest_target(path / CHECKPOINT_DIR)
+        if latest is not None:
+            return latest
         found = sorted((path / CHECKPOINT_DIR).glob(CHECKPOINT_GLOB))
         if not found:
             raise FileNotFoundError(f"training.resume={resume}: no checkpoint in {path / CHECKPOINT_DIR}")
@@ -81,6 +81,20 @@ def find_checkpoint(resume: str) -> Path:
     if path.is_file():
         return path
     raise FileNotFoundError(f"training.resume={resume}: no such run directory or checkpoint")
+
+
+def latest_target(folder: Path) -> Path | None:
+    """The file latest.pt in `folder` links to, None without one. ValueError for a link that leads out of the
+    folder: unilab links it to a file beside it, and a run directory's latest.pt that named another run's
+    checkpoint would have a resume continue, or play, eval and export read, that other run."""
+    latest = folder / LATEST_CHECKPOINT
+    if not latest.exists():
+        return None
+    target = latest.resolve()
+    if target.parent != folder.resolve():
+        raise ValueError(f"{latest} leads out of {folder} (to {target}): unilab links it to a checkpoint beside "
+                         "it; remove it to use the newest iter_*.pt there")
+    return target
 
 
 def find_intact_checkpoint(resume: str) -> FoundCheckpoint:
@@ -94,9 +108,9 @@ def find_intact_checkpoint(resume: str) -> FoundCheckpoint:
         raise FileNotFoundError(f"training.resume={resume}: no such run directory or checkpoint")
     folder = path / CHECKPOINT_DIR
     candidates = []
-    latest = folder / LATEST_CHECKPOINT
-    if latest.exists():
-        candidates.append(latest.resolve())
+    latest = latest_target(folder)
+    if latest is not None:
+        candidates.append(latest)
     candidates += [p for p in sorted(folder.glob(CHECKPOINT_GLOB), reverse=True) if p not in candidates]
     if not candidates:
         raise FileNotFoundError(f"training.resume={resume}: no checkpoint in {folder}")
