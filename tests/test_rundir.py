@@ -137,6 +137,46 @@ def save_fake(run, iteration):
     return save_checkpoint(run, iteration, 16 * iteration, {"w": iteration})
 
 
+def test_only_the_newest_checkpoints_are_kept(tmp_path):
+    from unilab.rundir.checkpoint import prune_checkpoints
+
+    def save(iteration, keep):
+        prune_checkpoints(tmp_path, keep, save_fake(tmp_path, iteration))
+
+    def kept():
+        return sorted(int(p.stem[5:]) for p in (tmp_path / "checkpoints").glob("iter_*.pt"))
+
+    for iteration in range(10, 80, 10):
+        save(iteration, 3)
+    assert kept() == [50, 60, 70] and (tmp_path / "checkpoints" / "latest.pt").resolve().name == "iter_0000070.pt"
+    (tmp_path / "checkpoints" / "notes.txt").write_text("a file of the user's")
+    # Resumed from iteration 50: the later files stay until the resumed run saves over them; none is taken for
+    # one of the newest three while it is ahead of latest.pt.
+    save(60, 3)
+    assert kept() == [50, 60, 70]
+    save(80, 3)
+    assert kept() == [60, 70, 80] and (tmp_path / "checkpoints" / "notes.txt").exists()
+    save(90, 1)
+    assert kept() == [90]
+    save(100, None)  # null: every one
+    save(110, None)
+    assert kept() == [90, 100, 110]
+
+
+def test_the_learner_prunes_with_training_keep_checkpoints(tmp_path):
+    """LearnerLoop.save hands training.keep_checkpoints to the pruning (the loop around it faked)."""
+    from types import SimpleNamespace
+
+    from unilab.runtime.learner import LearnerLoop
+
+    for iteration in (1, 2, 3):
+        loop = SimpleNamespace(spec=SimpleNamespace(rank=0, run_dir=tmp_path, training=SimpleNamespace(keep_checkpoints=2)),
+                               device=SimpleNamespace(type="cpu"), iteration=iteration, env_steps=8 * iteration,
+                               learner=SimpleNamespace(state_dict=lambda: {"w": 1}), checkpoint_meta=lambda: {})
+        LearnerLoop.save(loop)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("iter_*.pt")) == ["iter_0000002.pt", "iter_0000003.pt"]
+
+
 def test_a_corrupt_latest_checkpoint_falls_back_to_the_newest_intact_one(tmp_path):
     from unilab.rundir.checkpoint import find_intact_checkpoint
 

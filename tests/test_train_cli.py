@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fakes import GPU_A, FakeNvml
-from train_calls import Spy, interrupt_real_sweep, run_dirs, run_train, spies  # noqa: F401 - spies is a fixture
+from train_calls import Spy, interrupt_real_sweep, run_dirs, run_train, spies, tree_digest  # noqa: F401 - spies is a fixture
 from unilab.cli.tools import main as tools_main
 
 
@@ -222,6 +222,10 @@ def test_cuda_device_without_a_gpu_fails_before_anything_exists(tmp_path, spies,
     ("algo.policy_delay=0", "algo.policy_delay=0: expected an integer >= 1"),
     ("algo.replay_capacity=0", "algo.replay_capacity=0: expected an integer >= 1"),
     ("algo.save_interval=0", "algo.save_interval=0: expected an integer >= 1"),
+    ("algo.max_iterations=0", "algo.max_iterations=0: expected an integer >= 1"),
+    ("algo.max_iterations=-5", "algo.max_iterations=-5: expected an integer >= 1"),
+    ("training.keep_checkpoints=0", "training.keep_checkpoints=0: expected null (keep every checkpoint) or a count"),
+    ("training.keep_checkpoints=-1", "training.keep_checkpoints=-1: expected null (keep every checkpoint) or a count"),
     ("training.env_steps_per_sync=0", "training.env_steps_per_sync=0: expected an integer >= 1"),
     ("training.ingress_slots=0", "training.ingress_slots=0: expected an integer >= 1"),
     ("sim.timestep=0", "sim.timestep=0.0: expected a finite number > 0"),
@@ -427,6 +431,48 @@ def test_resume_falls_back_from_a_corrupt_latest_checkpoint(resumable, capsys):
     assert prepared.resume.checkpoint == str(run / "checkpoints" / "iter_0000010.pt") and prepared.resume.iteration == 10
     assert "resuming from iter_0000010.pt instead" in capsys.readouterr().err
     assert any("iter_0000010.pt instead" in note for note in prepared.notes)  # for run_summary.json
+
+
+def test_resume_refuses_a_checkpoint_that_does_not_fit_the_learner_leaving_the_run_dir_as_it_was(resumable, capsys):
+    """The check of play, eval and export (the learner state loads into this config's learner), run before the
+    run directory is touched: not a segment archived and a failed run, then the learner's KeyError."""
+    import dataclasses
+
+    from unilab.algos.base import make_learner
+    from unilab.registry import instantiate
+    from unilab.rundir.checkpoint import save_checkpoint
+    from unilab.rundir.run_config import load_run_config
+
+    run, launcher = resumable
+    sizes = {"obs_dim": 98, "critic_obs_dim": 106, "action_dim": 29}
+    algo = dataclasses.replace(instantiate("algo", load_run_config(run)["algo"]), replay_capacity=1)
+    whole = make_learner(algo, *sizes.values(), "cpu", 0).state_dict()
+    save_checkpoint(run, 30, 480, {k: v for k, v in whole.items() if k != "actor"}, meta={"dims": sizes})
+    before = tree_digest(run, contents_of_lock=False)
+    assert resume(run) == 2
+    err = capsys.readouterr().err
+    assert "iter_0000030.pt: does not fit this run's fastsac learner for g1_walk_flat ('actor')" in err, err
+    assert "Traceback" not in err and not launcher.calls
+    assert tree_digest(run, contents_of_lock=False) == before
+    save_checkpoint(run, 30, 480, whole, meta={"dims": sizes})  # the whole state fits: the resume goes ahead
+    assert resume(run) == 0 and len(launcher.calls) == 1
+
+
+def test_a_resume_removes_what_saves_cut_short_left(resumable, capsys):
+    run, launcher = resumable
+    folder = run / "checkpoints"
+    (folder / "iter_0000030.tmp").write_bytes(b"the first bytes of a checkpoint")  # killed mid-save
+    (folder / "latest.pt.tmp").symlink_to("iter_0000030.pt")  # killed between the link and its rename
+    kept = sorted(p.name for p in folder.iterdir() if p.suffix != ".tmp")
+    assert resume(run, "algo.max_iterations=20") == 2  # a refused resume touches nothing
+    assert (folder / "iter_0000030.tmp").exists()
+    capsys.readouterr()
+    assert resume(run) == 0
+    note = "removed iter_0000030.tmp, latest.pt.tmp from checkpoints/: left by a save that was cut short"
+    assert f"unilab: note: {note}" in capsys.readouterr().err
+    assert sorted(p.name for p in folder.iterdir()) == kept
+    ((prepared, _cfg), _kwargs) = launcher.calls[0]
+    assert note in prepared.notes  # for run_summary.json
 
 
 def test_a_run_dir_in_use_is_refused_naming_the_holder(resumable, capsys):

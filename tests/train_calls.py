@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -46,6 +47,24 @@ def run_train(*args) -> int:
 
 def run_dirs(log_dir: Path) -> list[Path]:
     return sorted(p for p in log_dir.iterdir() if p.is_dir() and p.name != "multirun") if log_dir.exists() else []
+
+
+def tree_digest(root: Path, contents_of_lock: bool = True) -> dict[str, str]:
+    """Every path under `root` (relative) -> its file's sha256, its link's target or "dir": equal digests, an
+    untouched tree. contents_of_lock=False: run.lock counts by name only (whoever takes the lock, a refused
+    resume too, writes its pid there)."""
+    digest = {}
+    for path in sorted(root.rglob("*")):
+        name = str(path.relative_to(root))
+        if path.is_symlink():
+            digest[name] = "-> " + os.readlink(path)
+        elif path.is_dir():
+            digest[name] = "dir"
+        elif path.name == "run.lock" and not contents_of_lock:
+            digest[name] = "lock"
+        else:
+            digest[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return digest
 
 
 def interrupt_real_sweep(args: list[str], log_dir: Path, scratch: Path, training: int = 1) -> tuple[int, str]:

@@ -81,8 +81,9 @@ class OffPolicyAlgoConfig:
     DEPRECATED: ClassVar[dict[str, str]] = {}
 
     def __post_init__(self) -> None:
-        at_least_one("algo", self, ("save_interval", "batch_size", "updates_per_step", "replay_capacity",
-                                    "policy_delay"))
+        # max_iterations=0 would start the processes, train nothing and report the run completed.
+        at_least_one("algo", self, ("max_iterations", "save_interval", "batch_size", "updates_per_step",
+                                    "replay_capacity", "policy_delay"))
         require(0 < self.gamma <= 1, "algo.gamma", self.gamma, "a discount in (0, 1]")
         require(self.v_min < self.v_max, "algo.v_min", self.v_min, f"less than algo.v_max={self.v_max!r} "
                 "(the critic's return support is [v_min, v_max])")

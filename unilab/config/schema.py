@@ -82,6 +82,10 @@ class TrainingConfig(ExecutionConfig):
     # All envs restart at once, so a small refill holds only early-episode states, and a FastSAC walk run
     # has collapsed at such a resume (docs/en/performance.md); a full refill is the default.
     resume_refill_fraction: float = 1.0
+    # Checkpoints kept in checkpoints/: the newest N (latest.pt's file among them), older ones removed after
+    # each save; null: every one. Five keep a resume's fallbacks and a look back over the last intervals, where
+    # keeping every one of a long run (thousands of saves, tens of MB each) fills the disk.
+    keep_checkpoints: Optional[int] = 5
     env_steps_per_sync: int = 1
     # true: each update phase samples the replay before the collector's new chunk is added (the chunk
     # follows it), so the update overlaps the chunk's physics instead of the next acting forward pass.
@@ -120,6 +124,9 @@ class TrainingConfig(ExecutionConfig):
         require(0 <= self.resume_refill_fraction <= 1, "training.resume_refill_fraction",
                 self.resume_refill_fraction, "a share of the replay capacity in [0, 1]")
         at_least_one("training", self, ("env_steps_per_sync", "ingress_slots"))
+        require(self.keep_checkpoints is None or self.keep_checkpoints >= 1, "training.keep_checkpoints",
+                self.keep_checkpoints, "null (keep every checkpoint) or a count >= 1 (the newest; latest.pt's "
+                "among them)")
         require(self.video_interval is None or self.video_interval >= 1, "training.video_interval",
                 self.video_interval, "null (off) or a number of iterations >= 1")
         for key in timeout_keys():  # inf would wait for ever, 0 or less never waits

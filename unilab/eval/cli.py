@@ -49,7 +49,7 @@ def check_inputs(run: str, checkpoint: str | None, tasks: tuple[str, ...] | None
         raise EvalInputError(f"no evaluation for task {task!r} yet; evaluated tasks: {', '.join(EVALUATED_TASKS)}")
     try:
         ckpt = find_checkpoint(checkpoint or run)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:  # ValueError: a latest.pt leading out of checkpoints/
         raise EvalInputError(str(exc).replace("training.resume=", "")) from exc
     owner = run_dir_of(ckpt)
     if checkpoint and is_run_dir(owner):
@@ -58,6 +58,17 @@ def check_inputs(run: str, checkpoint: str | None, tasks: tuple[str, ...] | None
         if theirs != (task, algo):
             raise EvalInputError(f"{ckpt} is a checkpoint of {theirs[1]} on {theirs[0]}; {run} trains {algo} on {task}")
     return config, ckpt
+
+
+def checkpoint_state(ckpt: Path) -> dict:
+    """The checkpoint's dict, read before any env is built; EvalInputError for one that is refused (it holds
+    more than data) or unreadable."""
+    from unilab.runtime.play import read_policy_checkpoint
+
+    try:
+        return read_policy_checkpoint(ckpt)
+    except ValueError as exc:
+        raise EvalInputError(str(exc)) from exc
 
 
 class _WalkEval:
@@ -132,6 +143,7 @@ def evaluate(run: str, *, checkpoint: str | None = None, suites=("nominal", "rob
     from unilab.tasks import make_env
 
     config, ckpt = check_inputs(run, checkpoint)
+    state = checkpoint_state(ckpt)
     evaluation = EVALUATIONS[config["task"]["name"]](config["task"], settings)
     device = device or str(config["training"]["device"])
     seed = int(config["training"]["seed"]) + 104729  # neither the training nor the play envs' seed
@@ -144,7 +156,7 @@ def evaluate(run: str, *, checkpoint: str | None = None, suites=("nominal", "rob
         task = instantiate("task", evaluation.task_config(config["task"], suite))
         env = make_env(task, sim, device, seed)
         try:
-            learner, state = load_learner(algo, env, ckpt, device, seed)
+            learner, state = load_learner(algo, env, ckpt, device, seed, state=state)
         except ValueError as exc:
             raise EvalInputError(str(exc)) from exc
         report["iteration"], report["env_steps"] = int(state["iteration"]), int(state.get("env_steps", 0))

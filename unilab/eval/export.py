@@ -16,7 +16,7 @@ from pathlib import Path
 
 from unilab.exit_codes import EXIT_FAILED, EXIT_USAGE
 
-from .cli import EvalInputError, check_inputs
+from .cli import EvalInputError, check_inputs, checkpoint_state
 
 FORMATS = ("onnx",)
 def policy_metadata(env, config: dict, state: dict, checkpoint: Path) -> dict[str, str]:
@@ -46,11 +46,12 @@ def export(run: str, *, checkpoint: str | None = None, fmt: str = "onnx", out: s
     except ValueError as exc:
         raise EvalInputError(str(exc)) from exc
     config, ckpt = check_inputs(run, checkpoint, tasks=None)
+    state = checkpoint_state(ckpt)
     seed = int(config["training"]["seed"])
     task = instantiate("task", {**config["task"], "num_envs": 1})
     env = make_env(task, instantiate("sim", config["sim"]), "cpu", seed)
     try:
-        learner, state = load_learner(instantiate("algo", config["algo"]), env, ckpt, "cpu", seed)
+        learner, state = load_learner(instantiate("algo", config["algo"]), env, ckpt, "cpu", seed, state=state)
     except ValueError as exc:
         raise EvalInputError(str(exc)) from exc
     run_dir = path.parent if path.is_file() and path.name == RUN_CONFIG_FILE else Path(run)

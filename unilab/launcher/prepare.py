@@ -58,11 +58,32 @@ def _resume_dir(resume: str) -> Path:
 
     try:
         run_dir = run_dir_of(find_checkpoint(resume))
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:  # ValueError: a latest.pt leading out of checkpoints/
         raise ConfigError(str(exc)) from exc
     if not is_run_dir(run_dir):
         raise ConfigError(f"training.resume={resume}: {run_dir} is not a unilab run directory")
     return run_dir
+
+
+def _check_fit(found, config: RunConfig, resume: str) -> None:
+    """The checkpoint's learner state loads into this config's learner, built on the CPU for the sizes the
+    checkpoint records: the check of play, eval and export, here before segments/ is archived rather than
+    in the learner after. A checkpoint from before that record is left to the learner's own load."""
+    import dataclasses
+
+    from unilab.runtime.play import fitted_learner
+
+    dims = found.state.get("dims")
+    if not dims:
+        return
+    # Loading is all it does: a one-row replay, nothing compiled.
+    algo = dataclasses.replace(config.algo, replay_capacity=1, compile=False)
+    try:
+        sizes = (int(dims["obs_dim"]), int(dims["critic_obs_dim"]), int(dims["action_dim"]))
+        fitted_learner(algo, sizes, found.state, found.path, config.task.name, "cpu", 0)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"training.resume={resume}: {exc}; resume from a checkpoint of this run "
+                          "(or start a new run)") from None
 
 
 def _resume_target(resume: str, config: RunConfig) -> ResumeTarget:
@@ -87,6 +108,7 @@ def _resume_target(resume: str, config: RunConfig) -> ResumeTarget:
         raise ConfigError(f"training.resume={resume}: {found.path.name} was trained with another network or "
                           "task; resume with the checkpoint's values (or start a new run):\n    "
                           + "\n    ".join(differing))
+    _check_fit(found, config, resume)
     max_iterations = config.algo.max_iterations
     if max_iterations <= found.iteration:
         raise ConfigError(f"training.resume={resume}: algo.max_iterations={max_iterations} but {found.path.name} "
@@ -141,6 +163,7 @@ def prepare_run(request: ValidatedRequest, name_suffix: str = "") -> PreparedRun
             for note in target.notes:
                 print(f"unilab: note: {note}", file=sys.stderr)
             archive_segment(run_dir)
+            _remove_partial_saves(run_dir, target)
         write_run_config(own_dir, config.values)
         manifest = RuntimeManifest(
             run_dir=str(run_dir),
@@ -162,6 +185,18 @@ def prepare_run(request: ValidatedRequest, name_suffix: str = "") -> PreparedRun
                        rank_devices=request.rank_devices,
                        rank_evidence=request.rank_evidence, role_mps_env=request.role_mps_env, lock=lock,
                        notes=list(target.notes) if target else [], world=world, own_dir=own_dir)
+
+
+def _remove_partial_saves(run_dir: Path, target: ResumeTarget) -> None:
+    """A resume removes the temporary files of saves cut short, with a note (console and run_summary.json)."""
+    from unilab.rundir.checkpoint import remove_partial_saves
+    from unilab.rundir.layout import CHECKPOINT_DIR
+
+    removed = remove_partial_saves(run_dir)
+    if removed:
+        note = f"removed {', '.join(removed)} from {CHECKPOINT_DIR}/: left by a save that was cut short"
+        print(f"unilab: note: {note}", file=sys.stderr)
+        target.notes.append(note)
 
 
 def _claim_rank_dir(config: RunConfig, world: DistributedContext):

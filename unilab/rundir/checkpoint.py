@@ -1,8 +1,14 @@
-"""Checkpoints under <run dir>/checkpoints; `training.resume` accepts a run dir or a file."""
+"""Checkpoints under <run dir>/checkpoints; `training.resume` accepts a run dir or a file.
+
+A checkpoint is read with torch's weights-only unpickler: tensors, numbers, strings, lists, tuples and
+dicts, which is all unilab writes. A file that names any other Python global (a class, or a function such
+as os.system that a crafted pickle would call) is refused before anything in it runs (docs/en/trust-model.md).
+"""
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,13 +48,20 @@ class FoundCheckpoint:
         return int(self.state["iteration"])
 
 
+class UnsafeCheckpoint(ValueError):
+    """A checkpoint that names Python globals besides tensors and plain data: refused, never loaded."""
+
+
 def read_checkpoint(path: Path) -> dict[str, Any]:
-    """The checkpoint loaded on the CPU; ValueError when it is not a whole checkpoint."""
+    """The checkpoint loaded on the CPU; ValueError when it is not a whole checkpoint (UnsafeCheckpoint
+    when it holds more than data)."""
     try:
         state = load_checkpoint(path, "cpu")
         if not isinstance(state, dict) or not {"iteration", "env_steps", "learner"} <= set(state):
             raise ValueError("not a unilab checkpoint (iteration, env_steps, learner)")
         int(state["iteration"])
+    except UnsafeCheckpoint:
+        raise
     except Exception as exc:  # torch raises RuntimeError, EOFError, pickle and zip errors for a torn file
         raise ValueError(f"{path}: unreadable checkpoint ({type(exc).__name__}: {exc})") from None
     return state
@@ -58,9 +71,9 @@ def find_checkpoint(resume: str) -> Path:
     """A checkpoint file, or the latest checkpoint of a run directory (not loaded: see find_intact_checkpoint)."""
     path = Path(resume).expanduser()
     if path.is_dir():
-        latest = path / CHECKPOINT_DIR / LATEST_CHECKPOINT
-        if latest.exists():
-            return latest.resolve()
+        latest = latest_target(path / CHECKPOINT_DIR)
+        if latest is not None:
+            return latest
         found = sorted((path / CHECKPOINT_DIR).glob(CHECKPOINT_GLOB))
         if not found:
             raise FileNotFoundError(f"training.resume={resume}: no checkpoint in {path / CHECKPOINT_DIR}")
@@ -68,6 +81,20 @@ def find_checkpoint(resume: str) -> Path:
     if path.is_file():
         return path
     raise FileNotFoundError(f"training.resume={resume}: no such run directory or checkpoint")
+
+
+def latest_target(folder: Path) -> Path | None:
+    """The file latest.pt in `folder` links to, None without one. ValueError for a link that leads out of the
+    folder: unilab links it to a file beside it, and a run directory's latest.pt that named another run's
+    checkpoint would have a resume continue, or play, eval and export read, that other run."""
+    latest = folder / LATEST_CHECKPOINT
+    if not latest.exists():
+        return None
+    target = latest.resolve()
+    if target.parent != folder.resolve():
+        raise ValueError(f"{latest} leads out of {folder} (to {target}): unilab links it to a checkpoint beside "
+                         "it; remove it to use the newest iter_*.pt there")
+    return target
 
 
 def find_intact_checkpoint(resume: str) -> FoundCheckpoint:
@@ -81,9 +108,9 @@ def find_intact_checkpoint(resume: str) -> FoundCheckpoint:
         raise FileNotFoundError(f"training.resume={resume}: no such run directory or checkpoint")
     folder = path / CHECKPOINT_DIR
     candidates = []
-    latest = folder / LATEST_CHECKPOINT
-    if latest.exists():
-        candidates.append(latest.resolve())
+    latest = latest_target(folder)
+    if latest is not None:
+        candidates.append(latest)
     candidates += [p for p in sorted(folder.glob(CHECKPOINT_GLOB), reverse=True) if p not in candidates]
     if not candidates:
         raise FileNotFoundError(f"training.resume={resume}: no checkpoint in {folder}")
@@ -91,6 +118,8 @@ def find_intact_checkpoint(resume: str) -> FoundCheckpoint:
     for candidate in candidates:
         try:
             state = read_checkpoint(candidate)
+        except UnsafeCheckpoint:
+            raise  # not a torn save to step over: someone put it there
         except ValueError as exc:
             skipped.append(str(exc))
             continue
@@ -99,12 +128,78 @@ def find_intact_checkpoint(resume: str) -> FoundCheckpoint:
     raise FileNotFoundError(f"training.resume={resume}: no intact checkpoint in {folder}:\n  " + "\n  ".join(skipped))
 
 
+def prune_checkpoints(run_dir: str | Path, keep: int | None, newest: Path) -> list[str]:
+    """training.keep_checkpoints: once `newest` is saved (latest.pt points to it), remove the iter_N.pt files
+    beyond the `keep` newest at or below its iteration (None: keep every one); their names. latest.pt's file
+    always stays; files of later iterations (from before a resume from an earlier checkpoint, which overwrites
+    them as it reaches them) are left alone."""
+    if not keep:
+        return []
+    folder = Path(run_dir) / CHECKPOINT_DIR
+    latest = folder / LATEST_CHECKPOINT
+    kept = {newest.name, latest.resolve().name if latest.exists() else newest.name}
+    limit = _iteration(newest.name)
+    saved = sorted((n, p) for p in folder.glob(CHECKPOINT_GLOB) if (n := _iteration(p.name)) is not None and n <= limit)
+    removed = []
+    for _, path in saved[:max(len(saved) - keep, 0)]:
+        if path.name not in kept:
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+    return removed
+
+
+def _iteration(name: str) -> int | None:
+    match = re.fullmatch(r"iter_(\d+)\.pt", name)
+    return int(match.group(1)) if match else None
+
+
+def remove_partial_saves(run_dir: str | Path) -> list[str]:
+    """Remove what saves cut short left in checkpoints/ (an iter_N.tmp or latest.pt.tmp, from a run killed
+    between the write and the rename: it would stay until that iteration is saved again); their names.
+    A resume calls it, under the run directory's lock."""
+    removed = []
+    for tmp in sorted((Path(run_dir) / CHECKPOINT_DIR).glob("*.tmp")):
+        if tmp.is_symlink() or tmp.is_file():
+            tmp.unlink()
+            removed.append(tmp.name)
+    return removed
+
+
 def run_dir_of(checkpoint: Path) -> Path:
     """<run dir>/checkpoints/<file> -> <run dir> (through the latest.pt link)."""
     return checkpoint.resolve().parent.parent
 
 
 def load_checkpoint(path: str | Path, device) -> dict:
+    """The checkpoint on `device`, read by torch's weights-only unpickler. UnsafeCheckpoint, naming the
+    globals found, for a file that names any beyond tensors and plain data (nothing in it has run);
+    torch's own errors for a file that is torn or no checkpoint at all."""
+    import pickle
+
     import torch
 
-    return torch.load(path, map_location=device, weights_only=False)
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        if "Weights only load failed" not in str(exc):
+            raise
+        found = _foreign_globals(path, str(exc))
+        if not found:  # torn, or no pickle at all: torch's reason, without its advice to load it unsafely
+            reason = re.search(r"WeightsUnpickler error:\s*(\S[^\n]*)", str(exc))
+            raise pickle.UnpicklingError(reason.group(1) if reason else "not a pickle of plain data") from None
+        named = ("the Python global " if len(found) == 1 else "the Python globals ") + ", ".join(found)
+        raise UnsafeCheckpoint(
+            f"{path}: refused: it names {named}; a unilab checkpoint holds only tensors and plain data "
+            "(numbers, strings, lists, dicts). Nothing in the file was run") from None
+
+
+def _foreign_globals(path: str | Path, error: str) -> list[str]:
+    """The Python globals the file names beyond those the weights-only unpickler allows, read from the
+    pickle's opcodes (nothing is run); else those torch's error names."""
+    from torch.serialization import get_unsafe_globals_in_checkpoint
+
+    try:
+        found = get_unsafe_globals_in_checkpoint(path)
+    except Exception:  # noqa: BLE001  (a legacy or torn file: torch's error still names the global it met)
+        found = re.findall(r"GLOBAL ([\w.]+)", error)
+    return sorted(set(found))

@@ -480,14 +480,15 @@ class LearnerLoop:
         self._send_progress(self.last_row)
 
     def save(self) -> None:
-        from unilab.rundir.checkpoint import save_checkpoint
+        from unilab.rundir.checkpoint import prune_checkpoints, save_checkpoint
 
         if self.spec.rank != 0:  # the ranks hold identical weights; rank 0 writes them
             return
         if self.device.type == "cuda":
             self.torch.cuda.synchronize(self.device)
-        save_checkpoint(self.spec.run_dir, self.iteration, self.env_steps, self.learner.state_dict(),
-                        meta=self.checkpoint_meta())
+        path = save_checkpoint(self.spec.run_dir, self.iteration, self.env_steps, self.learner.state_dict(),
+                               meta=self.checkpoint_meta())
+        prune_checkpoints(self.spec.run_dir, self.spec.training.keep_checkpoints, path)
 
     def checkpoint_meta(self) -> dict:
         """What shaped the weights, for the checks of a resume (unilab.launcher.prepare, check_dims)."""

@@ -38,16 +38,17 @@ def play(run_dir: str | Path, config: RunConfig, device: str, *, checkpoint: str
 
     if agent not in AGENTS:
         raise ValueError(f"--agent {agent}: choose one of {', '.join(AGENTS)}")
-    ckpt = None
+    ckpt = state = None
     if agent == "policy":
         from unilab.rundir.checkpoint import find_checkpoint
 
         ckpt = find_checkpoint(str(checkpoint or run_dir))
+        state = read_policy_checkpoint(ckpt)  # refused or unreadable: before the env is built
     task = dataclasses.replace(config.task, num_envs=int(num_envs)) if num_envs else config.task
     seed = config.training.seed + 7919  # not the training envs' seed
     env = make_env(task, config.sim, device, seed)
     n = env.num_envs
-    act, iteration = _agent(agent, env, config, ckpt, device, seed)
+    act, iteration = _agent(agent, env, config, ckpt, state, device, seed)
     steps = int(steps or env.max_episode_length)
 
     dev = env.device
@@ -97,14 +98,14 @@ def play(run_dir: str | Path, config: RunConfig, device: str, *, checkpoint: str
     return report
 
 
-def _agent(agent: str, env, config: dict, ckpt, device: str, seed: int):
-    """(observation -> action, the checkpoint's iteration or None) of the agent."""
+def _agent(agent: str, env, config: RunConfig, ckpt, state, device: str, seed: int):
+    """(observation -> action, the checkpoint's iteration or None) of the agent; `state`: the checkpoint's."""
     import functools
 
     import torch
 
     if agent == "policy":
-        learner, state = load_learner(config.algo, env, ckpt, device, seed)
+        learner, state = load_learner(config.algo, env, ckpt, device, seed, state=state)
         return functools.partial(learner.act, deterministic=True), int(state["iteration"])
     shape = (env.num_envs, env.action_dim)
     if agent == "zero":
@@ -115,32 +116,51 @@ def _agent(agent: str, env, config: dict, ckpt, device: str, seed: int):
     return (lambda obs: torch.rand(shape, device=env.device, generator=gen) * 2.0 - 1.0), None
 
 
-def load_learner(algo, env, checkpoint, device: str, seed: int):
-    """The learner of the typed algo config `algo` for `env`, with the checkpoint's weights; returns
-    (learner, checkpoint dict). A checkpoint whose shapes do not fit the config raises ValueError."""
-    import dataclasses
+def read_policy_checkpoint(checkpoint) -> dict:
+    """The checkpoint's dict on the CPU, for play, eval and export. ValueError (UnsafeCheckpoint for one that
+    holds more than data, nothing of it run) for a file that is no unilab checkpoint."""
+    from unilab.rundir.checkpoint import UnsafeCheckpoint, load_checkpoint
 
-    import torch
-
-    from unilab.algos.base import make_learner
-    from unilab.rundir.checkpoint import load_checkpoint
-
-    # The replay is never sampled here: keep it one batch of envs small.
-    algo = dataclasses.replace(algo, replay_capacity=env.num_envs)
-    learner = make_learner(algo, env.obs_dim, env.critic_obs_dim, env.action_dim, torch.device(device), seed)
     try:
-        state = load_checkpoint(checkpoint, device)
+        state = load_checkpoint(checkpoint, "cpu")
+    except UnsafeCheckpoint:
+        raise
     except Exception as exc:  # truncated, not a torch file, a directory: torch raises many kinds
         raise ValueError(f"{checkpoint}: not a readable checkpoint ({type(exc).__name__}: "
                          f"{(str(exc).strip().splitlines() or [''])[0]})") from None
     if not isinstance(state, dict) or not {"learner", "iteration"} <= state.keys():
         raise ValueError(f"{checkpoint}: not a unilab checkpoint (expected the keys learner and iteration)")
+    return state
+
+
+def load_learner(algo, env, checkpoint, device: str, seed: int, state: dict | None = None):
+    """The learner of the typed algo config `algo` for `env`, with the checkpoint's weights; returns
+    (learner, checkpoint dict). `state`: the checkpoint as read_policy_checkpoint read it (default: read here).
+    A checkpoint whose shapes do not fit the config raises ValueError."""
+    import dataclasses
+
+    state = read_policy_checkpoint(checkpoint) if state is None else state
+    # The replay is never sampled here: keep it one batch of envs small.
+    algo = dataclasses.replace(algo, replay_capacity=env.num_envs)
+    sizes = (env.obs_dim, env.critic_obs_dim, env.action_dim)
+    return fitted_learner(algo, sizes, state, checkpoint, env.cfg.name, device, seed), state
+
+
+def fitted_learner(algo, sizes: tuple[int, int, int], state: dict, checkpoint, task: str, device: str, seed: int):
+    """The learner of the typed algo config `algo` for (obs_dim, critic_obs_dim, action_dim) `sizes`, with the
+    checkpoint's learner state loaded: play, eval and export use it, and a resume checks with it before it
+    touches the run directory. ValueError when the state does not fit (a network missing or of other shapes)."""
+    import torch
+
+    from unilab.algos.base import make_learner
+
+    learner = make_learner(algo, *sizes, torch.device(device), seed)
     try:
         learner.load_state_dict(state["learner"])
-    except (RuntimeError, KeyError, TypeError) as exc:
-        raise ValueError(f"{checkpoint}: does not fit this run's {algo.name} learner "
-                         f"for {env.cfg.name} ({str(exc).splitlines()[0]})") from exc
-    return learner, state
+    except (RuntimeError, KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:  # what a bad dict raises
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ValueError(f"{checkpoint}: does not fit this run's {algo.name} learner for {task} ({reason})") from exc
+    return learner
 
 
 def play_main(run_dir: str, config: RunConfig, device: str, out) -> None:
