@@ -18,12 +18,14 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
+import signal
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
+
+from unilab.exit_codes import EXIT_INTERRUPTED
+from unilab.jobs.runner import JobProcess, interrupts
 
 # The console's lines kept with their times: every start-up phase, and of the progress lines only the first.
 PROGRESS = "[it "
@@ -37,28 +39,24 @@ def timed_run(overrides: list[str], cache: Path, log_dir: Path, name: str, itera
            f"training.log_dir={log_dir}", f"training.run_name={name}"]
     env = {**os.environ, "UNILAB_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"}
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     phases: list[tuple[float, str]] = []
+    progress_seen = False
 
-    def read() -> None:
-        progress_seen = False
-        for line in proc.stderr:
-            if not line.startswith("unilab:") or (PROGRESS in line and progress_seen):
-                continue
-            progress_seen = progress_seen or PROGRESS in line
-            phases.append((round(time.monotonic() - started, 2), line.strip()))
+    def read(line: str) -> None:
+        nonlocal progress_seen
+        if not line.startswith("unilab:") or (PROGRESS in line and progress_seen):
+            return
+        progress_seen = progress_seen or PROGRESS in line
+        phases.append((round(time.monotonic() - started, 2), line.strip()))
 
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
     first_row = None
-    while proc.poll() is None and time.monotonic() - started < timeout_s:
-        if first_row is None and any(p.stat().st_size for p in (log_dir / name).glob("**/metrics.jsonl")):
-            first_row = round(time.monotonic() - started, 2)
-        time.sleep(0.1)
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait()
-    reader.join(timeout=5)
+    # Ctrl-C or SIGTERM here stops the run (SIGINT to its process group, then a bounded end) and goes on
+    with interrupts(), JobProcess(cmd, env=env, on_line=read) as proc:
+        while proc.poll() is None and time.monotonic() - started < timeout_s:
+            if first_row is None and any(p.stat().st_size for p in (log_dir / name).glob("**/metrics.jsonl")):
+                first_row = round(time.monotonic() - started, 2)
+            time.sleep(0.1)
+        proc.stop(signal.SIGKILL)  # past its timeout: nothing of it is measured any more
     if first_row is None and any(p.stat().st_size for p in (log_dir / name).glob("**/metrics.jsonl")):
         first_row = round(time.monotonic() - started, 2)  # it ended between two looks
     return {"run": name, "exit": proc.returncode, "first_row_s": first_row,
@@ -78,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runs = [timed_run(args.overrides, cache, scratch, name, args.iterations, args.timeout)
                 for name in ("cold", "warm")]
+    except KeyboardInterrupt:  # the run in progress was stopped
+        print("cold_start: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         if args.cache is None:

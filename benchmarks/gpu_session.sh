@@ -45,14 +45,15 @@
 #                                       an earlier run stopped, fault lines in its logs; each run's metrics thinned to
 #                                       500 rows in DIR/curves/NAME (small to copy off the machine; `unilab plot`)
 #   soak --algo A --task T --envs N --seconds S [--execution mps] [--gpu G] [--name X] [--interval 60] [--warmup auto|S]
-#                                       a run of S seconds (then SIGINT) sampled by benchmarks/soak_sample.py every
-#                                       --interval s (RSS, GPU memory per process), then its --report (growth <= 2 %);
-#                                       longer than a device command: start it with `bg`, then `wait`
+#                                       a run of S seconds (then SIGINT) that benchmarks/soak_sample.py starts and
+#                                       samples every --interval s (RSS, GPU memory per process), then its --report
+#                                       (growth <= 2 %); longer than a device command: start it with `bg`, then `wait`
 #   faults --algo A --task T --envs N [--gpu G]
 #                                       under GPU G's daemon (mps-start first): kill -9 of the learner mid-run, then
 #                                       kill -9 of the MPS server mid-run; for each the time from the kill to the
 #                                       launcher's exit, its exit status and the run's cause; then two runs side by
-#                                       side under the daemon and SIGINT to one: the other must go on (its rows grow)
+#                                       side under the daemon and SIGINT to one: the other must go on (its rows grow);
+#                                       benchmarks/faults.py runs them
 #   bg NAME SUBCOMMAND ...              any subcommand detached (setsid nohup), log DIR/NAME.log
 #   wait [SECONDS]  (= learn --wait S)  follow the detached jobs until they end or SECONDS pass (default 500)
 #   collect                             DIR and the run folders (no checkpoints) -> $OUT/session.tgz
@@ -407,20 +408,11 @@ cmd_soak() {
   log "soak $name: $ALGO $TASK, $ENVS envs, $EXECUTION, GPU $GPU, $SECONDS_ s, a sample every $INTERVAL s"
   run rm -rf "$dir/$name"
   (if [ "$EXECUTION" = mps ]; then use_daemon "$GPU"; else use_gpu "$GPU"; fi
-   if [ "$DRY" = 1 ]; then
-     echo "$(q timeout -s INT "$SECONDS_" "${TRAIN_CMD[@]}" "${args[@]}") > $(q "$S/$name.log") 2>&1 &"
-     echo "# once $dir/$name/run.lock exists:"
-   else
-     timeout -s INT "$SECONDS_" "${TRAIN_CMD[@]}" "${args[@]}" > "$S/$name.log" 2>&1 &
-     until [ -f "$dir/$name/run.lock" ] || ! kill -0 $! 2> /dev/null; do sleep 1; done
-   fi
-   run "$PYTHON" benchmarks/soak_sample.py "$dir/$name" --out "$S/$name.jsonl" --interval "$INTERVAL"
-   [ "$DRY" = 1 ] || wait)
+   run "$PYTHON" benchmarks/soak_sample.py "$dir/$name" --out "$S/$name.jsonl" --interval "$INTERVAL" \
+     --run-for "$SECONDS_" --log "$S/$name.log" -- "${TRAIN_CMD[@]}" "${args[@]}")
   [ "$DRY" = 1 ] || tail -3 "$S/$name.log"
   run "$PYTHON" benchmarks/soak_sample.py --report "$S/$name.jsonl" --warmup "$WARMUP"
 }
-
-rows() { cat "$1/metrics.jsonl" 2> /dev/null | wc -l; }  # RUN_DIR: its metrics rows so far
 
 SPEC_LINES=()
 read_spec() {  # SPEC -> SPEC_LINES (comments and blank lines dropped, $CLIPS and $LIFTED expanded); a bad spec exits 2
@@ -476,79 +468,23 @@ cmd_evals() {  # [--gpu G] [--envs-per-clip K] [NAME ...]: evaluate learning run
 }
 
 fault_run() {  # VICTIM (learner | server): a run under GPU G's daemon, kill -9 of VICTIM once metrics flow
-  local victim=$1 name=faults_$1 dir=/tmp/faults launcher pid t0 rc
+  local victim=$1 name=faults_$1 dir=/tmp/faults
   local args=(--algo "$ALGO" --task "$TASK" training.device=cuda:0 task.num_envs="$ENVS" algo.max_iterations=10000000
               training.log_dir=$dir training.run_name="$name" +execution=mps "${OVERRIDES[@]}")
   note_dir "$dir/$name"
   log "faults: kill -9 of the $victim mid-run ($ALGO $TASK, $ENVS envs, GPU $GPU's daemon)"
   run rm -rf "$dir/$name"
-  if [ "$DRY" = 1 ]; then
-    use_daemon "$GPU"
-    echo "$(q "${TRAIN_CMD[@]}" "${args[@]}") > $(q "$S/$name.log") 2>&1 &"
-    if [ "$victim" = learner ]; then echo "# after 3 metrics rows: kill -9 <ranks[0].learner_pid of $dir/$name/runtime_manifest.json>"
-    else echo "# after 3 metrics rows: kill -9 <echo get_server_list | nvidia-cuda-mps-control>"; fi
-    echo "# then: the seconds from the kill to the launcher's exit, its exit status, run_summary.json's cause"
-    return 0
-  fi
-  (use_daemon "$GPU"
-   "${TRAIN_CMD[@]}" "${args[@]}" > "$S/$name.log" 2>&1 &
-   launcher=$!
-   until [ "$(rows "$dir/$name")" -ge 3 ]; do
-     kill -0 "$launcher" 2> /dev/null || { echo "the run ended before its third metrics row"; tail -20 "$S/$name.log"; exit 1; }
-     sleep 1
-   done
-   if [ "$victim" = learner ]; then
-     pid=$("$PYTHON" -c "import json, sys; print(json.load(open(sys.argv[1]))['ranks'][0]['learner_pid'])" \
-           "$dir/$name/runtime_manifest.json")
-   else
-     pid=$(echo get_server_list | nvidia-cuda-mps-control | head -1)
-   fi
-   t0=$(date +%s.%N)
-   kill -9 "$pid"
-   wait "$launcher"; rc=$?
-   echo "faults $victim: kill -9 of pid $pid; the launcher exited $(awk "BEGIN {printf \"%.1f\", $(date +%s.%N) - $t0}") s later, rc=$rc"
-   "$PYTHON" -c "import json, sys; s = json.load(open(sys.argv[1])); print('cause:', s['cause']); print('fix:', s.get('fix'))" \
-     "$dir/$name/run_summary.json"
-   echo "console (last lines):"; tail -8 "$S/$name.log")
+  (use_daemon "$GPU"; run "$PYTHON" benchmarks/faults.py kill "$victim" --log-dir "$S" -- "${TRAIN_CMD[@]}" "${args[@]}")
 }
 
 neighbour_stop() {  # two runs side by side under GPU G's daemon; SIGINT to the first; the second must go on
-  local dir=/tmp/faults a=faults_stop_a b=faults_stop_b pa pb n0 rc
+  local dir=/tmp/faults a=faults_stop_a b=faults_stop_b
   local args=(--algo "$ALGO" --task "$TASK" training.device=cuda:0 task.num_envs="$ENVS" algo.max_iterations=10000000
               training.log_dir=$dir +execution=mps "${OVERRIDES[@]}")
   note_dir "$dir/$a"; note_dir "$dir/$b"
   log "faults: SIGINT to one of two runs side by side under GPU $GPU's daemon; the other must go on"
   run rm -rf "$dir/$a" "$dir/$b"
-  if [ "$DRY" = 1 ]; then
-    use_daemon "$GPU"
-    echo "$(q "${TRAIN_CMD[@]}" "${args[@]}" training.run_name=$a) > $(q "$S/$a.log") 2>&1 &"
-    echo "$(q "${TRAIN_CMD[@]}" "${args[@]}" training.run_name=$b) > $(q "$S/$b.log") 2>&1 &"
-    echo "# after 3 metrics rows in each: SIGINT to $a's launcher; when it has exited, $b's rows must grow for 30 s"
-    echo "# then: SIGINT to $b; both run_summary.json: status, exit codes"
-    return 0
-  fi
-  (use_daemon "$GPU"
-   "${TRAIN_CMD[@]}" "${args[@]}" training.run_name=$a > "$S/$a.log" 2>&1 &
-   pa=$!
-   "${TRAIN_CMD[@]}" "${args[@]}" training.run_name=$b > "$S/$b.log" 2>&1 &
-   pb=$!
-   until [ "$(rows "$dir/$a")" -ge 3 ] && [ "$(rows "$dir/$b")" -ge 3 ]; do
-     kill -0 "$pa" 2> /dev/null && kill -0 "$pb" 2> /dev/null || { echo "a run ended before its third metrics row"; exit 1; }
-     sleep 1
-   done
-   kill -INT "$pa"; wait "$pa"; rc=$?
-   n0=$(rows "$dir/$b"); sleep 30
-   if kill -0 "$pb" 2> /dev/null && [ "$(rows "$dir/$b")" -gt "$n0" ]; then
-     echo "faults stop: $a stopped (rc=$rc); $b went on: $n0 -> $(rows "$dir/$b") rows in the 30 s after"
-   else
-     echo "faults stop: $a stopped (rc=$rc); $b did NOT go on ($n0 -> $(rows "$dir/$b") rows); its console:"
-     tail -8 "$S/$b.log"
-   fi
-   kill -INT "$pb" 2> /dev/null; wait "$pb"
-   for r in "$a" "$b"; do
-     "$PYTHON" -c "import json, sys; s = json.load(open(sys.argv[1])); print(sys.argv[2], s['status'], s['cause'], s['exit_codes'])" \
-       "$dir/$r/run_summary.json" "$r"
-   done)
+  (use_daemon "$GPU"; run "$PYTHON" benchmarks/faults.py neighbours "$a" "$b" --log-dir "$S" -- "${TRAIN_CMD[@]}" "${args[@]}")
 }
 
 cmd_faults() {

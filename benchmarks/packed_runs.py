@@ -24,10 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from unilab.exit_codes import EXIT_INTERRUPTED
+from unilab.jobs.runner import JobProcess, interrupts, read_summary
 
 DEFAULT_TRAIN = ["--algo", "fastsac", "--task", "g1_walk_flat", "task.num_envs=1024", "training.device=cuda:0"]
 ARMS = {
@@ -37,6 +39,7 @@ ARMS = {
 }
 TRAIN = [sys.executable, "-m", "unilab.cli.train"]
 WARMUP = [sys.executable, "-m", "unilab.cli.tools", "warmup"]
+SWEEP_STOP_GRACE_S = 300.0  # a stopped sweep ends its runs (a packed one waits up to 180 s for its jobs), or is killed
 
 
 def commands(out: Path, seeds: list[int], iterations: int, train_args: list[str]) -> dict[str, list[str]]:
@@ -54,10 +57,7 @@ def commands(out: Path, seeds: list[int], iterations: int, train_args: list[str]
 def arm_report(log_dir: Path, wall_s: float, exit_code: int) -> dict:
     runs = []
     for run in sorted(p for p in log_dir.iterdir() if p.is_dir() and p.name != "multirun") if log_dir.is_dir() else []:
-        try:
-            summary = json.loads((run / "run_summary.json").read_text())
-        except (OSError, ValueError):
-            summary = {"status": "no run_summary.json"}
+        summary = read_summary(run) or {"status": "no run_summary.json"}
         runs.append({"run": run.name, "status": summary.get("status"), "env_steps": summary.get("env_steps"),
                      "mean_env_steps_per_s": summary.get("mean_env_steps_per_s"), "wall_s": summary.get("wall_s")})
     env_steps = sum(r["env_steps"] or 0 for r in runs)
@@ -73,6 +73,13 @@ def table(report: dict) -> str:
         lines.append(f"{arm:<18} {r['exit']:>4} {r['wall_s']:>8.1f} {r['env_steps']:>12} "
                      f"{r['aggregate_env_steps_per_s'] or 0:>22.1f}  {rates}")
     return "\n".join(lines)
+
+
+def run(cmd: list[str]) -> int:
+    """One command on this console, as a job: Ctrl-C or SIGTERM here stops it (SIGINT to its process group, then a
+    bounded end) and goes on as KeyboardInterrupt."""
+    with interrupts(), JobProcess(cmd, grace_s=SWEEP_STOP_GRACE_S) as job:
+        return job.wait()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,16 +102,27 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"train": train_args, "seeds": args.seeds, "iterations": args.iterations, "arms": {}}
-    warm = subprocess.run(cmds.pop("warmup"))
-    if warm.returncode:
-        print(f"packed_runs: the warm-up failed (exit {warm.returncode})", file=sys.stderr)
-        return warm.returncode
+    try:
+        warm = run(cmds.pop("warmup"))
+    except KeyboardInterrupt:
+        print("packed_runs: interrupted in the warm-up", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if warm:
+        print(f"packed_runs: the warm-up failed (exit {warm})", file=sys.stderr)
+        return warm
     for arm, cmd in cmds.items():
         print(f"packed_runs: {arm}: {shlex.join(cmd)}", file=sys.stderr, flush=True)
         started = time.monotonic()
-        code = subprocess.run(cmd).returncode
+        try:
+            code, interrupted = run(cmd), False
+        except KeyboardInterrupt:  # the arm's sweep was stopped
+            code, interrupted = EXIT_INTERRUPTED, True
         report["arms"][arm] = arm_report(args.out / arm, time.monotonic() - started, code)
         (args.out / "packed_runs.json").write_text(json.dumps(report, indent=2) + "\n")
+        if interrupted:
+            print(f"packed_runs: interrupted in {arm}; the arms so far are in {args.out / 'packed_runs.json'}",
+                  file=sys.stderr)
+            return EXIT_INTERRUPTED
         if code == 2:
             print(f"packed_runs: {arm} was refused (exit 2; an MPS arm needs a daemon: unilab mps start, then "
                   'eval "$(unilab mps env)")', file=sys.stderr)

@@ -1,6 +1,7 @@
 """A soak test's sampler: the memory of every process of a training run, over hours, and whether it grows.
 
     python benchmarks/soak_sample.py RUN_DIR_OR_LAUNCHER_PID --out soak.jsonl [--interval 60] [--duration S]
+    python benchmarks/soak_sample.py RUN_DIR --out soak.jsonl [--interval 60] --run-for S --log LOG -- TRAIN...
     python benchmarks/soak_sample.py --report soak.jsonl [--warmup auto|SECONDS] [--max-growth 2]
 
 Sampling: every --interval seconds, the resident memory (RSS, /proc) of the launcher and each of its
@@ -8,6 +9,11 @@ descendants (learner, collector, play), and each one's GPU memory through NVML (
 nvmlDeviceGetComputeRunningProcesses, and nvmlDeviceGetMPSComputeRunningProcesses for MPS clients);
 where NVML lists no process (some MPS setups), the GPU's total used memory instead. Without NVML the
 GPU columns are empty. It ends when the launcher has exited, or after --duration seconds.
+
+With a `train` command after `--` (whose run directory is RUN_DIR), it starts the training itself, as a job of
+unilab.jobs (its own process group, its console in --log; Ctrl-C here stops it), samples it from the moment its
+launcher holds RUN_DIR's run.lock, and stops it with SIGINT --run-for seconds after the command (bounded: killed
+if it has not ended two minutes later).
 
 --report: per process and kind of memory, the value at the first sample after the warm-up, the last
 value and the growth in %. The warm-up (--warmup auto, the default) ends one sample after the run's first
@@ -22,10 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
+from unilab.jobs.runner import JobProcess, interrupts
 from unilab.processes import descendants
 from unilab.rundir.layout import LOCK_FILE, MANIFEST_FILE, METRICS_FILE, SUMMARY_FILE
 from unilab.rundir.lock import holder_pid
@@ -165,6 +174,30 @@ def run_sampler(target: str, out: Path, interval: float, duration: float | None,
     return 0
 
 
+def run_and_sample(cmd: list[str], target: str, out: Path, interval: float, run_for: float | None, log: Path,
+                   nvml=None) -> int:
+    """The training `cmd` started, sampled from the moment its launcher holds run.lock, stopped after `run_for` s."""
+    started = time.monotonic()
+    with interrupts(), JobProcess(cmd, log=log) as job:
+        while True:
+            if job.poll() is not None:
+                print(f"soak_sample: the run ended (exit {job.returncode}) before its launcher held {target}/"
+                      f"{LOCK_FILE}; its console: {log}", file=sys.stderr)
+                return 1
+            try:
+                resolve_target(target)
+                break
+            except UsageError:
+                time.sleep(1)
+        sampler = threading.Thread(target=run_sampler, args=(target, out, interval, None, nvml), daemon=True)
+        sampler.start()
+        while job.poll() is None and (run_for is None or time.monotonic() - started < run_for):
+            time.sleep(0.5)
+        job.stop(signal.SIGINT)
+        sampler.join()
+    return 0
+
+
 # ---------------------------------------------------------------- the report
 
 
@@ -297,7 +330,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="the start excluded from the growth: auto (default) ends it one sample after the run's "
                              "first metrics row; or seconds")
     parser.add_argument("--max-growth", type=float, default=2.0, help="the growth in %% that fails the soak")
-    args = parser.parse_args(argv)
+    parser.add_argument("--run-for", type=float, metavar="SECONDS",
+                        help="with a train command: SIGINT to it this many seconds after it started")
+    parser.add_argument("--log", type=Path, help="with a train command: where its console goes")
+    argv = sys.argv[1:] if argv is None else argv
+    train = argv[argv.index("--") + 1:] if "--" in argv else []  # a train command that makes the run RUN_DIR
+    args = parser.parse_args(argv[:len(argv) - len(train) - 1] if "--" in argv else argv)
     try:
         if args.report is not None:
             if not args.report.is_file():
@@ -307,6 +345,12 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError("give a run directory or launcher pid and --out FILE (or --report FILE)")
         if args.interval <= 0:
             raise UsageError("--interval must be positive")
+        if train:
+            if args.log is None or (args.run_for is not None and args.run_for <= 0):
+                raise UsageError("a train command needs --log FILE, and --run-for, if given, positive seconds")
+            return run_and_sample(train, args.target, args.out, args.interval, args.run_for, args.log, load_nvml())
+        if args.run_for is not None or args.log is not None:
+            raise UsageError("--run-for and --log go with a train command (after --)")
         root, _ = resolve_target(args.target)  # checked before the file is created
         return run_sampler(args.target, args.out, args.interval, args.duration, load_nvml())
     except UsageError as exc:

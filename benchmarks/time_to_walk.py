@@ -38,6 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from unilab.jobs.runner import JobProcess, interrupts, summary_status
+
 TARGETS = {"lin_error": 0.10, "yaw_error": 0.15, "fall_fraction": 0.0}
 CHECKPOINT = re.compile(r"iter_(\d+)\.pt$")
 REPO = Path(__file__).resolve().parents[1]  # the checkout whose unilab the runs and evaluations load
@@ -82,25 +84,17 @@ def timed_run(overrides: list[str], seed: int, out: Path, cache: Path, seconds: 
            "training.no_play=true", "training.logger=[]", f"training.log_dir={out}", f"training.run_name={name}"]
     options = child_options(out, {"UNILAB_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"})
     started_wall, started = time.time(), time.monotonic()
-    log = (out / f"{name}.console.log").open("w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True, **options)
     first_row = None
     metrics = out / name / "metrics.jsonl"
-    while proc.poll() is None and time.monotonic() - started < seconds:
-        if first_row is None and metrics.exists() and metrics.stat().st_size:
-            first_row = round(time.monotonic() - started, 1)
-        time.sleep(0.2)
-    stopped_s = round(time.monotonic() - started, 1)
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)  # the launcher stops its children and saves a checkpoint
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    log.close()
-    summary = out / name / "run_summary.json"
-    status = json.loads(summary.read_text()).get("status") if summary.exists() else None
+    # Ctrl-C or SIGTERM here stops the run (SIGINT to its process group, then a bounded end) and goes on
+    with interrupts(), JobProcess(cmd, log=out / f"{name}.console.log", **options) as proc:
+        while proc.poll() is None and time.monotonic() - started < seconds:
+            if first_row is None and metrics.exists() and metrics.stat().st_size:
+                first_row = round(time.monotonic() - started, 1)
+            time.sleep(0.2)
+        stopped_s = round(time.monotonic() - started, 1)
+        proc.stop(signal.SIGTERM)  # the launcher stops its children and saves a checkpoint; killed 120 s later
+    status = summary_status(out / name)
     lines = (out / f"{name}.console.log").read_text(errors="replace").splitlines()
     startup = [line for line in lines if line.startswith("unilab:") and "[it " not in line][:30]
     return {"run": str(out / name), "seed": seed, "command": cmd[2:], "exit": proc.returncode, "status": status,

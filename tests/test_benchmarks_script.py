@@ -127,13 +127,13 @@ def test_soak_expansion():
                 "--interval", "30", "--warmup", "300", "--", "sim.task_cuda_graph=false")
     assert 'eval "$(unilab mps env --gpu 0)"' in lines
     run = "/tmp/soak/soak_fastsac_g1_walk_flat_4096"
-    assert commands(lines) == [
+    assert commands(lines) == [  # the sampler starts the run, and stops it with SIGINT after --run-for
         f"rm -rf {run}",
-        "timeout -s INT 3600 train --algo fastsac --task g1_walk_flat training.device=cuda:0 task.num_envs=4096 "
+        f"python3 benchmarks/soak_sample.py {run} --out /tmp/session/soak_fastsac_g1_walk_flat_4096.jsonl "
+        "--interval 30 --run-for 3600 --log /tmp/session/soak_fastsac_g1_walk_flat_4096.log -- "
+        "train --algo fastsac --task g1_walk_flat training.device=cuda:0 task.num_envs=4096 "
         "algo.max_iterations=10000000 training.log_dir=/tmp/soak training.run_name=soak_fastsac_g1_walk_flat_4096 "
         "+execution=mps sim.task_cuda_graph=false",
-        f"python3 benchmarks/soak_sample.py {run} --out /tmp/session/soak_fastsac_g1_walk_flat_4096.jsonl "
-        "--interval 30",
         "python3 benchmarks/soak_sample.py --report /tmp/session/soak_fastsac_g1_walk_flat_4096.jsonl --warmup 300",
     ]
     plain = dry("soak", "--algo", "fastsac", "--task", "g1_walk_flat", "--envs", "64", "--seconds", "60",
@@ -145,15 +145,17 @@ def test_soak_expansion():
 def test_faults_expansion():
     lines = dry("faults", "--algo", "fastsac", "--task", "g1_walk_flat", "--envs", "1024", "--gpu", "1")
     assert lines.count('eval "$(unilab mps env --gpu 1)"') == 3
-    trains = [line for line in lines if line.startswith("train ")]
-    assert [t.split("training.run_name=")[1].split()[0] for t in trains] == [
-        "faults_learner", "faults_server", "faults_stop_a", "faults_stop_b"]
-    assert all("+execution=mps" in t and t.endswith("2>&1 &") for t in trains)
-    kills = [line for line in lines if line.startswith("# after 3 metrics rows: kill -9")]
-    assert "learner_pid" in kills[0] and "get_server_list" in kills[1]
     cmds = commands(lines)
+    tools = [line.split(" -- ")[0] for line in cmds if line.startswith("python3 benchmarks/faults.py ")]
+    assert tools == ["python3 benchmarks/faults.py kill learner --log-dir /tmp/session",
+                     "python3 benchmarks/faults.py kill server --log-dir /tmp/session",
+                     "python3 benchmarks/faults.py neighbours faults_stop_a faults_stop_b --log-dir /tmp/session"]
+    trains = [line.split(" -- ")[1] for line in cmds if line.startswith("python3 benchmarks/faults.py ")]
+    assert all(t.startswith("train --algo fastsac ") and "+execution=mps" in t and "training.log_dir=/tmp/faults" in t
+               for t in trains)
+    assert [t.split("training.run_name=")[1].split()[0] for t in trains[:2]] == ["faults_learner", "faults_server"]
+    assert "training.run_name=" not in trains[2]  # the tool names each of the two runs
     assert "unilab mps status" in cmds and cmds.index("unilab mps status") < len(cmds) - 1  # before the stop test
-    assert any(line.startswith("# after 3 metrics rows in each: SIGINT to faults_stop_a") for line in lines)
 
 
 def test_missing_option_is_an_error():
@@ -194,7 +196,7 @@ def test_documented_gate_expansion_is_the_scripts():
         blocks = re.findall(r"```bash\n(.*?)```", doc.read_text(), re.S)
         listed = next(b for b in blocks if b.startswith("unilab mps start --gpu 0\ntrain -m")).splitlines()
         expanded = commands(dry("mps-start") + dry("gate", "--algo", "fastsac", "--task", "g1_walk_flat",
-                                                   "--envs", "2048", "--seeds", "2", "--threshold", "10")
+                                                   "--envs", "2048", "--seeds", "2")  # the case's own threshold
                             + dry("mps-stop"))
         assert expanded == listed, doc
 

@@ -21,6 +21,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("hydra_plugins",),
     ("cli",),
     ("bench",),
+    ("jobs",),
     ("eval", "launcher"),
     ("runtime",),
     ("config",),

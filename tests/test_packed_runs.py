@@ -12,7 +12,7 @@ import pytest
 
 from fakes import GPU_A, FakeNvml
 from train_calls import interrupt_real_sweep, run_dirs, run_train, spies  # noqa: F401 - spies is a fixture
-from unilab.cli.memory_guard import FAIL, START, WAIT, MemoryGuard, cuda_ordinals
+from unilab.jobs.memory_guard import FAIL, START, WAIT, MemoryGuard, cuda_ordinals
 from unilab.cli.packing import OPTIONS, PackedLauncherConf
 from unilab.rundir.layout import SUMMARY_FILE
 
@@ -173,7 +173,7 @@ def test_cuda_ordinals_follow_the_rank_devices(training, ordinals):
 def test_a_packed_sweep_fails_jobs_that_do_not_fit_and_starts_none(tmp_path, spies, capsys, fake_host, monkeypatch):
     """CUDA jobs on a (fake) GPU with 1000 MiB free: each waits its second, then fails with the numbers; no job's
     launcher was started, no run directory made, the sweep's status is a failed job's."""
-    import unilab.cli.memory_guard as guard_mod
+    import unilab.jobs.memory_guard as guard_mod
 
     monkeypatch.setattr(guard_mod, "SystemNvml", lambda: FakeNvml(free_mib=1000.0))
     log_dir = tmp_path / "runs"

@@ -1,13 +1,18 @@
-"""unilab.processes: reading /proc/<pid>/stat and the process tree."""
+"""unilab.processes: reading /proc/<pid>/stat and the process tree, ending a child."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 from unilab.mps.host import HostFacts
-from unilab.processes import descendants, stat_fields
+from unilab.processes import descendants, end_child, stat_fields
+
+FAKE_JOB = [sys.executable, str(Path(__file__).resolve().parent / "fake_job.py")]
 
 
 def test_stat_fields_start_after_a_command_name_with_blanks_and_parentheses(tmp_path):
@@ -35,3 +40,25 @@ def test_descendants_lists_a_child_below_this_process():
     finally:
         child.kill()
         child.wait()
+
+
+def test_end_child_of_a_group_ends_its_children_too(tmp_path):
+    """group=True: the SIGTERM goes to the child's whole process group; tests/fake_job.py's own child, which the
+    fake never signals, ends of it."""
+    run = tmp_path / "run"
+    proc = subprocess.Popen([*FAKE_JOB, str(run)], start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (run / "ready").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    grandchild = json.loads((run / "pids.json").read_text())["child"]
+    try:
+        end_child(proc, grace_s=60, group=True)
+        assert proc.returncode == 130 and (run / "signals").read_text() == "SIGTERM\n"
+        while (fields := stat_fields(grandchild)) is not None and fields[0] not in ("Z", "X"):
+            assert time.monotonic() < deadline, "the fake's child outlived the group's SIGTERM"
+            time.sleep(0.02)
+    finally:
+        if stat_fields(grandchild) is not None:
+            os.kill(grandchild, 9)

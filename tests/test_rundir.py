@@ -170,7 +170,8 @@ def test_the_learner_prunes_with_training_keep_checkpoints(tmp_path):
     from unilab.runtime.learner import LearnerLoop
 
     for iteration in (1, 2, 3):
-        loop = SimpleNamespace(spec=SimpleNamespace(rank=0, run_dir=tmp_path, training=SimpleNamespace(keep_checkpoints=2)),
+        training = SimpleNamespace(keep_checkpoints=2)
+        loop = SimpleNamespace(spec=SimpleNamespace(rank=0, run_dir=tmp_path, training=training),
                                device=SimpleNamespace(type="cpu"), iteration=iteration, env_steps=8 * iteration,
                                learner=SimpleNamespace(state_dict=lambda: {"w": 1}), checkpoint_meta=lambda: {})
         LearnerLoop.save(loop)

@@ -121,6 +121,8 @@ def test_auto_warmup_without_metrics_is_bad_input(tmp_path, capsys):
     (["12345678", "--out", "OUT"], "no process 12345678"),
     (["not_a_run", "--out", "OUT"], "neither a pid nor a run directory"),
     (["--out", "OUT"], "give a run directory"),
+    (["run", "--out", "OUT", "--run-for", "5"], "--run-for and --log go with a train command"),
+    (["run", "--out", "OUT", "--", "train"], "a train command needs --log FILE"),
 ])
 def test_bad_input_exits_2_and_creates_nothing(tmp_path, capsys, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)
@@ -133,6 +135,23 @@ def test_report_without_samples_after_the_warmup_is_bad_input(tmp_path, capsys):
     path = _write(tmp_path / "s.jsonl", [(0, 500, None), (60, 600, None)])
     assert soak.main(["--report", str(path)]) == 2
     assert "no sample after the warm-up" in capsys.readouterr().err
+
+
+def test_with_a_train_command_it_starts_samples_and_stops_the_run(tmp_path):
+    """The training (here tests/fake_job.py as a launcher) is started as a job, sampled once its run.lock names it,
+    and stopped with SIGINT after --run-for; its console goes to --log."""
+    run, out, log = tmp_path / "runs" / "soak", tmp_path / "soak.jsonl", tmp_path / "soak.log"
+    fake = [sys.executable, str(ROOT / "tests" / "fake_job.py"), "--launcher", f"training.log_dir={run.parent}",
+            "training.run_name=soak"]
+    assert soak.main([str(run), "--out", str(out), "--interval", "0.2", "--run-for", "5", "--log", str(log), "--",
+                      *fake]) == 0
+    header, rows = soak.read_samples(out)
+    launcher = json.loads((run / "pids.json").read_text())
+    assert header["launcher_pid"] == launcher["job"] and header["run_dir"] == str(run)
+    assert rows and all(row["procs"]["launcher"]["pid"] == launcher["job"] for row in rows)
+    assert (run / "signals").read_text() == "SIGINT\n"
+    assert json.loads((run / "run_summary.json").read_text())["status"] == "interrupted"
+    assert "a line on stdout" in log.read_text()
 
 
 @pytest.mark.slow

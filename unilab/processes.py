@@ -9,13 +9,25 @@ import subprocess
 from pathlib import Path
 
 
-def end_child(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
-    proc.terminate()
+def end_child(proc: subprocess.Popen, grace_s: float = 5.0, first: int = signal.SIGTERM, group: bool = False) -> None:
+    """The one bounded end of a child: `first` (SIGTERM unless told), then SIGKILL where it has not ended `grace_s`
+    later. `group`: both go to its process group (a child started in a session of its own, with its children)."""
+    _send(proc, first, group)
     try:
         proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        _send(proc, signal.SIGKILL, group)
         proc.wait(timeout=grace_s)
+
+
+def _send(proc: subprocess.Popen, signum: int, group: bool) -> None:
+    if not group:
+        proc.send_signal(signum)  # nothing once it has been waited for
+        return
+    try:
+        os.killpg(proc.pid, signum)
+    except ProcessLookupError:  # the group has ended
+        pass
 
 
 def exit_with_parent(parent_pid: int) -> None:

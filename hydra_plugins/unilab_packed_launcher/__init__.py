@@ -1,6 +1,7 @@
 """unilab's packed launcher as Hydra sees it (`hydra/launcher=unilab_packed`): Hydra instantiates launchers only
-from the hydra_plugins package. The scheduling is unilab.cli.packed_launcher's; this class turns Hydra's list of
-job overrides into unilab's jobs and their exit statuses into Hydra's job returns."""
+from the hydra_plugins package. The scheduling is unilab.jobs.packed's; this class turns Hydra's list of job
+overrides into unilab's jobs (each run by `python -m unilab.cli.packed_job`) and their exit statuses into Hydra's job
+returns."""
 
 from __future__ import annotations
 
@@ -26,9 +27,10 @@ class UnilabPackedLauncher(Launcher):
         self.config, self.hydra_context = config, hydra_context  # the task function runs in each job's process
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from unilab.cli import packed_job
         from unilab.cli import sweep as sweeps
-        from unilab.cli.memory_guard import MemoryGuard, cuda_ordinals
-        from unilab.cli.packed_launcher import PackedJob, PackedSweep
+        from unilab.jobs.memory_guard import MemoryGuard, cuda_ordinals
+        from unilab.jobs.packed import PackedJob, PackedSweep
 
         setup_globals()
         assert self.config is not None and self.hydra_context is not None
@@ -44,14 +46,19 @@ class UnilabPackedLauncher(Launcher):
             jobs.append(PackedJob(index=initial_job_idx + n, overrides=list(overrides),
                                   shown=[f"{k}={v}" for k, v in values] or list(overrides),
                                   ordinals=cuda_ordinals(training)))
-        recorded: list = []
         sweep = sweeps.current()
-        packed = PackedSweep(self.max_parallel, MemoryGuard(self.job_memory_mib, self.memory_wait_s), swept,
-                             console_dir=sweep_dir, record=(sweep.jobs if sweep is not None else recorded).append)
+        ended = sweep.jobs if sweep is not None else []
+
+        def record(job: PackedJob, code: int, run_dir: str | None) -> None:
+            ended.append(sweeps.Job(index=job.index, overrides=job.shown, code=code, run_dir=run_dir))
+
+        packed = PackedSweep(self.max_parallel, MemoryGuard(self.job_memory_mib, self.memory_wait_s),
+                             command=lambda job, result: packed_job.command(job.index, job.overrides, swept, result),
+                             console_dir=sweep_dir, record=record)
         packed.run(jobs)
         if packed.interrupted:
             raise KeyboardInterrupt  # `train` ends the sweep as interrupted (exit 130)
-        codes = {job.index: job.code for job in (sweep.jobs if sweep is not None else recorded)}
+        codes = {job.index: job.code for job in ended}
         returns = []
         for job in jobs:
             ret = JobReturn(overrides=job.overrides, status=JobStatus.COMPLETED)

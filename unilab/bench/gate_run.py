@@ -2,8 +2,9 @@
 
 Everything that can refuse the gate (its shape, the cases, the overrides, matplotlib, a daemon for the MPS
 arm) is checked before the first job, and before anything is created (exit 2). The jobs are `train -m`
-subprocesses, each in its own session: Ctrl-C (or SIGTERM) reaches the gate only, which passes one SIGINT to
-the job in progress, waits for it to write its summary, stops a daemon it started, and exits 130.
+subprocesses (unilab.jobs), each in its own session: Ctrl-C (or SIGTERM) reaches the gate only, which passes one
+SIGINT to the job in progress (its process group), waits for it to write its summary, stops a daemon it started,
+and exits 130.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import json
 import platform
 import re
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from unilab.atomic import write_json_atomic
-from unilab.exit_codes import EXIT_COMPLETED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, STATUS
-from unilab.processes import end_child
+from unilab.exit_codes import EXIT_COMPLETED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
+from unilab.jobs.runner import JobProcess, interrupts, job_status
 
 from .gate import (GateInputError, Job, Plan, Shape, check_overrides, judge, plan_jobs, plot_gate, render, select_cases,
                    unavailable)
@@ -147,38 +147,18 @@ def stop_daemon(host, daemon: Daemon) -> None:
 # ---- the jobs ------------------------------------------------------------------------------------------
 
 
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
-def _status(job: Job) -> str:
-    try:
-        status = json.loads((Path(job.run_dir) / "run_summary.json").read_text()).get("status")
-    except (OSError, ValueError):
-        status = None
-    return status or STATUS.get(job.code, f"exit {job.code}")
-
-
 def run_job(job: Job, env: dict[str, str]) -> None:
-    """One `train -m` job in its own session; on KeyboardInterrupt it is stopped (SIGINT, then a grace
-    period, then SIGTERM/SIGKILL) before the interrupt goes on."""
+    """One `train -m` job in its own session (unilab.jobs); on KeyboardInterrupt it is stopped (SIGINT, then a
+    grace period, then killed) before the interrupt goes on."""
     Path(job.log).parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    with open(job.log, "wb") as log:
-        proc = subprocess.Popen(job.argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        try:
-            proc.wait()
-        except KeyboardInterrupt:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=INTERRUPT_GRACE_S)
-            except (subprocess.TimeoutExpired, KeyboardInterrupt):
-                end_child(proc)
-            raise
-        finally:
-            job.code, job.duration_s = proc.returncode, time.monotonic() - t0
-            job.status = _status(job)
+    process = JobProcess(job.argv, env=env, log=Path(job.log), grace_s=INTERRUPT_GRACE_S)
+    try:
+        with process:
+            process.wait()
+    finally:
+        job.code, job.duration_s = process.returncode, time.monotonic() - t0
+        job.status = job_status(job.run_dir, job.code)
 
 
 def check_commands(plan: Plan, env: dict[str, str]) -> None:
@@ -212,8 +192,7 @@ def _environment(daemon: Daemon, host) -> dict[str, Any]:
 def _run_all(plan: Plan, daemon: Daemon, base_env: dict[str, str], record) -> bool:
     """Every job, one at a time; False when interrupted (the job in progress stopped, the rest not run)."""
     total = len(plan.jobs)
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
+    with interrupts():  # SIGTERM stops the gate as Ctrl-C does
         for i, job in enumerate(plan.jobs, 1):
             env = {**base_env, **(daemon.env if job.arm == "mps" else {})}
             try:
@@ -227,8 +206,6 @@ def _run_all(plan: Plan, daemon: Daemon, base_env: dict[str, str], record) -> bo
                 record()
             _say(f"[{i}/{total}] {job.label}: {job.status} in {job.duration_s:.0f} s (exit {job.code})")
         return True
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 # ---- the command ---------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""One job of a packed sweep, as unilab.cli.packed_launcher starts it: `train` with the job's overrides, in a
-process of its own, run as the sweep's job N would run in turn (validated at its start, its run name carrying its
-swept values). Exit status: the job's (0 completed, 1 failed, 2 refused, 130 interrupted).
+"""One job of a packed sweep, as the packed launcher (unilab.jobs.packed) starts it: `train` with the job's
+overrides, in a process of its own, run as the sweep's job N would run in turn (validated at its start, its run name
+carrying its swept values). Exit status: the job's (0 completed, 1 failed, 2 refused, 130 interrupted).
 
     python -m unilab.cli.packed_job --index N --parent PID --swept KEYS --result FILE -- OVERRIDES...
 
@@ -11,11 +11,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 
 from unilab.processes import exit_with_parent
 
 from . import sweep as sweeps
+
+
+def command(index: int, overrides: list[str], swept_keys: set[str], result: Path) -> list[str]:
+    """The command line that runs job `index` of this process's sweep (`main` reads it)."""
+    return [sys.executable, "-m", "unilab.cli.packed_job", "--index", str(index), "--parent", str(os.getpid()),
+            "--swept", ",".join(sorted(swept_keys)), "--result", str(result), "--", *overrides]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,7 +9,7 @@ cannot honour, a bad key or value) are printed without a traceback and exit with
 job refuses the sweep (exit 2, nothing created). Then every job runs, a failed one is recorded and the
 sweep goes on, an interrupted one stops it; the exit status is the worst job's (see unilab.cli.sweep).
 `train -m ... --dry-run` lists the jobs, validated, and creates nothing. `train -m ... hydra/launcher=unilab_packed`
-runs up to `hydra.launcher.max_parallel` jobs at once, each a `train` of its own (see unilab.cli.packed_launcher);
+runs up to `hydra.launcher.max_parallel` jobs at once, each a `train` of its own (see unilab.jobs.packed);
 its options and the refusal of a packed bench preset are checked first (unilab.cli.packing).
 """
 

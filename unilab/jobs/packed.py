@@ -1,9 +1,10 @@
 """`train -m ... hydra/launcher=unilab_packed`: up to `hydra.launcher.max_parallel` jobs of a sweep at once.
 
-Each job is a `train` launcher of its own (`python -m unilab.cli.packed_job` with the job's overrides): its own run
-directory, learner and collector, evidence and console, as when it runs alone; under +execution=mps each job's
-children are verified as clients of the one daemon. This process only starts, watches and stops those launchers;
-like them it never creates a CUDA context (GPU memory is read through NVML, unilab.cli.memory_guard).
+Each job is a `train` launcher of its own (the command `PackedSweep.command` gives: for `train`, `python -m
+unilab.cli.packed_job` with the job's overrides): its own run directory, learner and collector, evidence and
+console, as when it runs alone; under +execution=mps each job's children are verified as clients of the one
+daemon. This process only starts, watches and stops those launchers (unilab.jobs.runner); like them it never
+creates a CUDA context (GPU memory is read through NVML, unilab.jobs.memory_guard).
 
 Jobs start in the sweep's order as slots free up and the memory guard lets them. A failed job is recorded and the
 others go on; SIGINT or SIGTERM here is passed on to every running job (each stops its run as a lone `train` does),
@@ -16,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from unilab.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED
+from unilab.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, STATUS
 
-from . import sweep as sweeps
 from .memory_guard import FAIL, START, MemoryGuard
+from .runner import JobProcess, end_all
 
 POLL_S = 0.5
 STOP_WAIT_S = 180.0  # a stopped job's launcher ends its run within its own bounded grace; past this it is killed
@@ -48,8 +48,7 @@ class PackedJob:
 @dataclass
 class _Running:
     job: PackedJob
-    proc: subprocess.Popen
-    relay: threading.Thread
+    process: JobProcess
     result: Path
 
 
@@ -57,9 +56,11 @@ class _Running:
 class PackedSweep:
     max_parallel: int
     guard: MemoryGuard
-    swept_keys: set[str]
+    # the job's command line, given the file where its launcher reports its run directory ({"run_dir": ...})
+    command: Callable[[PackedJob, Path], list[str]]
     console_dir: Path  # where job-N.log goes
-    record: Callable[[sweeps.Job], None]  # each ended (or never started) job, for the sweep's summary
+    # each ended (or never started) job, with its exit status and its run directory, for the sweep's summary
+    record: Callable[[PackedJob, int, str | None], None]
     interrupted: str | None = None  # the signal (or the job) that stopped the sweep
     _signalled: str | None = field(default=None, repr=False)
     _kill_at: float | None = field(default=None, repr=False)  # when jobs still running after a stop are killed
@@ -79,11 +80,12 @@ class PackedSweep:
                         if not self._try_start(pending[0], running, Path(results)):
                             break  # it waits for memory: the jobs after it keep their turn
                         pending.popleft()
-                    self.guard.measure({i: (r.proc.pid, r.job.ordinals) for i, r in running.items()})
+                    self.guard.measure({i: (r.process.pid, r.job.ordinals) for i, r in running.items()})
                     if pending or running:
                         time.sleep(POLL_S)
             finally:
-                _end_all([r.proc for r in running.values()])  # only after an error here: none is left otherwise
+                # only after an error here: none is left otherwise
+                end_all([r.process for r in running.values()], signal.SIGTERM, STOP_WAIT_S)
 
     def _on_signal(self, running: dict) -> None:
         """A signal here is passed on once to every running job; those still running STOP_WAIT_S later are killed."""
@@ -92,17 +94,17 @@ class PackedSweep:
             self._kill_at = time.monotonic() + STOP_WAIT_S
             say(f"{self._signalled} received: stopping {len(running)} running job(s); no further job starts")
             for r in running.values():
-                _signal(r.proc, getattr(signal, self._signalled))
+                r.process.signal_group(getattr(signal, self._signalled))
         elif self._kill_at is not None and time.monotonic() > self._kill_at:
             for r in running.values():
-                _signal(r.proc, signal.SIGKILL)
+                r.process.signal_group(signal.SIGKILL)
 
     def _try_start(self, job: PackedJob, running: dict, results: Path) -> bool:
         """True when the job is done with: started, or failed by the memory guard; False while it waits."""
         verdict = self.guard.verdict(job.index, job.ordinals)
         if verdict.action == FAIL:
             say(f"job #{job.index} not started: {verdict.message}")
-            self.record(sweeps.Job(index=job.index, overrides=job.shown, code=EXIT_FAILED))
+            self.record(job, EXIT_FAILED, None)
             return True
         if verdict.action != START:
             if job.index not in self._announced:
@@ -110,28 +112,23 @@ class PackedSweep:
                 say(f"job #{job.index} waits for GPU memory: {verdict.message}")
             return False
         result = results / f"job-{job.index}.json"
-        cmd = [sys.executable, "-m", "unilab.cli.packed_job", "--index", str(job.index), "--parent", str(os.getpid()),
-               "--swept", ",".join(sorted(self.swept_keys)), "--result", str(result), "--", *job.overrides]
         env = dict(os.environ, PYTHONUNBUFFERED="1")  # its lines reach the console as they are printed
         # Its own session: Ctrl-C at the terminal reaches this process only, which passes it on once to each job.
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, errors="replace", env=env, start_new_session=True)
-        log = self.console_dir / f"job-{job.index}.log"
-        relay = threading.Thread(target=_relay, args=(proc, job.index, log), daemon=True)
-        relay.start()
-        running[job.index] = _Running(job, proc, relay, result)
-        say(f"job #{job.index} started (pid {proc.pid}): {' '.join(job.shown) or '(no overrides)'}")
+        process = JobProcess(self.command(job, result), env=env, log=self.console_dir / f"job-{job.index}.log",
+                             on_line=lambda line, index=job.index: _show(index, line))
+        running[job.index] = _Running(job, process, result)
+        say(f"job #{job.index} started (pid {process.pid}): {' '.join(job.shown) or '(no overrides)'}")
         return True
 
     def _reap(self, running: dict) -> None:
-        for index in [i for i, r in running.items() if r.proc.poll() is not None]:
+        for index in [i for i, r in running.items() if r.process.poll() is not None]:
             r = running.pop(index)
-            r.relay.join(timeout=10)
-            code = r.proc.returncode if r.proc.returncode >= 0 else EXIT_FAILED  # killed by a signal
-            self.record(sweeps.Job(index=index, overrides=r.job.shown, code=code, run_dir=_run_dir(r.result)))
+            r.process.close()
+            code = r.process.returncode if r.process.returncode >= 0 else EXIT_FAILED  # killed by a signal
+            self.record(r.job, code, _run_dir(r.result))
             peak = self.guard.peaks.get(index)  # sized by NVML; the floor of the next jobs' estimate
             held = f"; its processes held at most {peak:.0f} MiB of GPU memory" if peak else ""
-            say(f"job #{index} {sweeps.STATUS.get(code, 'failed')} (exit {code}){held}")
+            say(f"job #{index} {STATUS.get(code, 'failed')} (exit {code}){held}")
             if code == EXIT_INTERRUPTED and not self.interrupted:
                 self.interrupted = f"job #{index} was interrupted"  # as a sequential sweep: no further job starts
 
@@ -153,41 +150,11 @@ def say(text: str) -> None:
         print(f"unilab: {text}", file=sys.stderr, flush=True)
 
 
-def _relay(proc: subprocess.Popen, index: int, log: Path) -> None:
-    """The job's console lines, prefixed, to this console, and as they are to its log file."""
-    try:
-        sink = open(log, "w", buffering=1)
-    except OSError:  # the log is a convenience: the console still shows every line
-        sink = None
-    with proc.stdout:
-        for line in proc.stdout:
-            with _PRINT_LOCK:
-                sys.stderr.write(f"[#{index}] {line}")
-                sys.stderr.flush()
-            if sink is not None:
-                sink.write(line)
-    if sink is not None:
-        sink.close()
-
-
-def _signal(proc: subprocess.Popen, signum: int) -> None:
-    try:
-        proc.send_signal(signum)
-    except ProcessLookupError:  # it has just ended
-        pass
-
-
-def _end_all(procs: list[subprocess.Popen]) -> None:
-    """SIGTERM to each (its launcher stops its run), SIGKILL to those still there STOP_WAIT_S later."""
-    for proc in procs:
-        _signal(proc, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_WAIT_S
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def _show(index: int, line: str) -> None:
+    """A job's console line on this console, prefixed with its number."""
+    with _PRINT_LOCK:
+        sys.stderr.write(f"[#{index}] {line}")
+        sys.stderr.flush()
 
 
 def _run_dir(result: Path) -> str | None:
