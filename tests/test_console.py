@@ -104,6 +104,38 @@ def test_a_child_stderr_goes_to_its_log_and_only_unilab_lines_to_the_console(tmp
     assert "Fatal Python error: Aborted" in log  # faulthandler: the Python stack of a native abort
 
 
+def test_a_console_that_went_away_drops_the_lines_after_it(tmp_path):
+    """A child's console lines once its console is gone (a closed pipe here, a hung-up terminal in an ssh
+    connection closed mid-run): the child goes on and logs; later writes, the interpreter's at exit included,
+    do not fail."""
+    code = (
+        "import os, sys\n"
+        "from unilab.runtime.child_log import log_stderr\n"
+        f"log_stderr({str(tmp_path)!r}, 'learner')\n"
+        "sys.stdin.read()\n"  # until the test closes the pipes: the console is gone
+        "print('unilab: learner: saving the checkpoint', file=sys.stderr, flush=True)\n"
+        "os.write(2, b'native after\\n')\n"
+        "print('unilab: learner: saved', file=sys.stderr, flush=True)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stderr.close()  # the reader is gone: EPIPE, as EIO from a hung-up terminal
+    proc.stdin.close()
+    assert proc.wait(timeout=60) == 0
+    log = (tmp_path / "logs" / "learner.stderr").read_text()
+    assert "saving the checkpoint" in log and "native after" in log and "unilab: learner: saved" in log
+
+
+def test_the_hang_up_safe_console_reraises_other_errors():
+    from unilab.runtime.child_log import HangUpSafe
+
+    class Full:
+        def write(self, text):
+            raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        HangUpSafe(Full()).write("x")
+
+
 @pytest.mark.parametrize("text, expected", [
     ("RuntimeError: CUDA error: cudaErrorMpsRpcFailure", True),
     ("torch.AcceleratorError: CUDA error: the remote procedural call between the MPS server and the MPS client "

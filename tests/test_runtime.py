@@ -695,3 +695,55 @@ def test_both_update_orders_train_end_to_end(tmp_path, update_first):
     assert rows[-1]["replay_size"] == 12 * 16  # every chunk was ingested (update first: the last one after the last update)
     assert summary(run)["status"] == "completed"
     assert json.loads((run / "run_config.json").read_text())["training"]["update_before_ingest"] is update_first
+
+
+def test_a_closed_terminal_stops_the_run_like_sigterm(tmp_path):
+    """The terminal (an ssh connection) closes: the console hangs up, so writes to it fail (EIO), and the shell
+    sends SIGHUP to the job's process group. The run stops as interrupted, saves, and writes its summary."""
+    import pty
+    import select
+    import threading
+
+    master, slave = pty.openpty()
+    train_argv = ["-m", "unilab.cli.train", *SMOKE, f"training.log_dir={tmp_path}", "algo.max_iterations=100000"]
+    # a session of its own whose controlling terminal is the pty (as a login shell's job has), then `train`
+    become_train = (f"import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
+                    f"os.execv(sys.executable, [sys.executable, *{train_argv!r}])")
+    proc = subprocess.Popen([sys.executable, "-c", become_train], stdin=slave, stdout=slave, stderr=slave,
+                            start_new_session=True)
+    os.close(slave)
+    console: list[bytes] = []
+    hang_up = threading.Event()
+
+    def terminal() -> None:
+        """Shows what the run prints until it hangs up: then the master side closes (only here, so that its
+        descriptor is never read after it is closed)."""
+        while not hang_up.is_set():
+            if select.select([master], [], [], 0.1)[0]:
+                try:
+                    data = os.read(master, 4096)
+                except OSError:
+                    break
+                console.append(data)
+        os.close(master)
+
+    shown = threading.Thread(target=terminal, daemon=True)
+    shown.start()
+    try:
+        run = _wait_for_metrics(tmp_path, proc)
+        hang_up.set()  # the terminal goes away ...
+        shown.join(timeout=10)
+        os.killpg(proc.pid, signal.SIGHUP)  # ... and the shell hangs up its jobs
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert code == 130, b"".join(console)[-4000:]
+    s = summary(run)
+    assert s["status"] == "interrupted" and s["cause"] == "SIGHUP received", s
+    assert s["iterations"] and s["iterations"] >= 3
+    assert (run / "checkpoints" / "latest.pt").exists()
+    assert [r["iteration"] for r in read_metrics(run)] == list(range(s["iterations"]))
+    rank = json.loads((run / "runtime_manifest.json").read_text())["ranks"][0]
+    assert not pid_alive(rank["learner_pid"]) and not pid_alive(rank["collector_pid"])
+    assert_released_each_other(run)

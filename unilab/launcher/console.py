@@ -6,7 +6,9 @@ from __future__ import annotations
 import sys
 import time
 from collections import deque
+from contextlib import contextmanager
 
+from unilab.runtime.child_log import HangUpSafe
 from unilab.runtime.protocol import Phase, Progress
 
 RATE_WINDOW_S = 60.0  # the ETA follows the iteration rate of about the last minute
@@ -23,6 +25,19 @@ def count_text(n: float) -> str:
         if abs(n) >= size:
             return f"{n / size:.2f}{unit}"
     return f"{n:.0f}"
+
+
+@contextmanager
+def console_may_hang_up():
+    """The launcher's stdout and stderr for a run: a terminal that goes away mid-run (a closed ssh connection, then
+    SIGHUP) makes the writes after it fail; they are dropped (HangUpSafe) so the run still stops, saves and
+    writes its summary."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = HangUpSafe(sys.stdout), HangUpSafe(sys.stderr)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
 
 
 class Console:

@@ -1,10 +1,10 @@
 """The launcher's supervisor: one run's children, from their start to their end.
 
 The run moves through these states:
-  starting  every child reports `Ready`; once all have, `verify` runs (SIGINT/SIGTERM cut it short) and
+  starting  every child reports `Ready`; once all have, `verify` runs (SIGINT/SIGTERM/SIGHUP cut it short) and
             the go event is set
   running   until the learners finish, or a fault: a `Failed` message, a child that exits with an
-            error, start-up past its timeout, SIGINT/SIGTERM to the launcher
+            error, start-up past its timeout, SIGINT/SIGTERM/SIGHUP to the launcher
   stopping  the stop event is set; after STOP_GRACE_S the children still alive get SIGTERM (they
             save and stop), STOP_GRACE_S later SIGKILL (one stuck in native code). A child that died
             without reporting (killed, aborted) or a failed MPS server leaves the others DEAD_CHILD_GRACE_S,
@@ -42,7 +42,7 @@ class Supervisor:
         self.stop_event = stop_event
         self.go_event = go_event
         # every child's Ready -> a CudaProcessSharingError, or None to go; it returns early once `interrupted_by`
-        # is set (SIGINT/SIGTERM), and the run then stops as interrupted
+        # is set (SIGINT/SIGTERM/SIGHUP), and the run then stops as interrupted
         self.verify = verify
         self.ready: dict[str, Ready] = {}
         self.verified = False
@@ -262,13 +262,14 @@ class Supervisor:
 
     @contextmanager
     def signals_caught(self):
-        """SIGINT and SIGTERM to the launcher stop the run (`interrupted_by`) instead of killing it."""
+        """SIGINT, SIGTERM and SIGHUP (the terminal or ssh connection closed) to the launcher stop the run
+        (`interrupted_by`) instead of killing it."""
 
         def handler(signum, _frame):
             self.interrupted_by = signal.Signals(signum).name
 
         previous = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             try:
                 previous[sig] = signal.signal(sig, handler)
             except ValueError:  # not the main thread (e.g. embedded use): leave signals alone

@@ -185,7 +185,7 @@ def wait_event(event, *, role: str, phase: str, timeout_s: float, stop_event=Non
 
 def become_child(role: str, *, stop_on_sigterm: bool = True) -> None:
     """Process-level setup of a child of the launcher (learner, collector, play): exit with the launcher,
-    leave Ctrl-C to it. SIGTERM asks a learner or collector to stop (it saves); with
+    leave Ctrl-C and a closed terminal's SIGHUP (both reach the whole process group) to it. SIGTERM asks a learner or collector to stop (it saves); with
     `stop_on_sigterm=False` (play: nothing to save) it ends the process at once."""
     global _parent_pid
     import multiprocessing
@@ -193,6 +193,7 @@ def become_child(role: str, *, stop_on_sigterm: bool = True) -> None:
     launcher = multiprocessing.parent_process()
     _parent_pid = launcher.pid if launcher is not None else os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher handles SIGINT and tells us to stop
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # likewise; by default SIGHUP would kill us unsaved
     signal.signal(signal.SIGTERM, _on_sigterm if stop_on_sigterm else signal.SIG_DFL)
     exit_with_parent(_parent_pid)  # not on Linux, the waits and the watchdog still notice a vanished launcher
     threading.Thread(target=_watch_parent, args=(_parent_pid,), name=f"{role}-parent-watch", daemon=True).start()
