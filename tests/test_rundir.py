@@ -3,7 +3,10 @@ an intact checkpoint."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -155,6 +158,80 @@ def test_a_corrupt_latest_checkpoint_falls_back_to_the_newest_intact_one(tmp_pat
     (tmp_path / "checkpoints" / "iter_0000010.pt").write_bytes(b"")
     with pytest.raises(FileNotFoundError, match="no intact checkpoint"):
         find_intact_checkpoint(str(tmp_path))
+
+
+def _failing_save(error: BaseException):
+    """torch.save as a full disk fails it: part of the file written, then the error."""
+
+    def save(obj, f):
+        out = open(f, "wb") if isinstance(f, (str, os.PathLike)) else f  # noqa: SIM115 (left open, as at a crash)
+        out.write(b"PK\x03\x04" + b"\0" * 4096)
+        out.flush()
+        raise error
+
+    return save
+
+
+@pytest.mark.parametrize("error, fs_error", [
+    (OSError(errno.ENOSPC, "No space left on device"), "no space left on device"),
+    (OSError(errno.EDQUOT, "Disk quota exceeded"), "disk quota exceeded"),
+])
+def test_a_checkpoint_save_without_room_names_the_file_system_and_leaves_no_partial_file(
+        tmp_path, monkeypatch, error, fs_error):
+    import torch
+
+    from unilab.rundir.checkpoint import CheckpointNotWritten, find_intact_checkpoint, mount_point
+
+    save_fake(tmp_path, 10)
+    before = (tmp_path / "checkpoints" / "iter_0000010.pt").read_bytes()
+    monkeypatch.setattr(torch, "save", _failing_save(error))
+    with pytest.raises(CheckpointNotWritten) as info:
+        save_fake(tmp_path, 20)
+    assert str(info.value) == f"{fs_error} on {mount_point(tmp_path)}: checkpoint iter_0000020 not written"
+    assert info.value.errno == error.errno
+    # no partial file holds the room the summary needs; the last good checkpoint is as it was
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["iter_0000010.pt", "latest.pt"]
+    assert (tmp_path / "checkpoints" / "iter_0000010.pt").read_bytes() == before
+    monkeypatch.undo()
+    assert find_intact_checkpoint(str(tmp_path)).iteration == 10
+
+
+def test_torchs_own_write_error_is_traced_to_the_full_disk(tmp_path, monkeypatch):
+    """torch's zip writer raises its RuntimeError ("unexpected pos") while the OSError under it says why."""
+    import torch
+
+    from unilab.rundir.checkpoint import CheckpointNotWritten
+
+    def save(obj, f):
+        try:
+            (open(f, "wb") if isinstance(f, (str, os.PathLike)) else f).write(b"PK")  # noqa: SIM115
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+
+    monkeypatch.setattr(torch, "save", save)
+    with pytest.raises(CheckpointNotWritten, match="no space left on device on .*: checkpoint iter_0000005 not"):
+        save_fake(tmp_path, 5)
+    assert list((tmp_path / "checkpoints").iterdir()) == []
+
+
+def test_a_failed_checkpoint_save_for_another_reason_keeps_its_error_and_leaves_no_partial_file(
+        tmp_path, monkeypatch):
+    import torch
+
+    save_fake(tmp_path, 10)
+    monkeypatch.setattr(torch, "save", _failing_save(RuntimeError("cannot pickle 'generator' object")))
+    with pytest.raises(RuntimeError, match="cannot pickle"):
+        save_fake(tmp_path, 20)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["iter_0000010.pt", "latest.pt"]
+
+
+def test_the_mount_point_of_a_path(tmp_path):
+    from unilab.rundir.checkpoint import mount_point
+
+    assert mount_point(Path("/")) == Path("/")
+    found = mount_point(tmp_path)
+    assert os.path.ismount(found) and tmp_path.resolve().is_relative_to(found)
 
 
 def test_the_resume_refill_is_capped_by_what_the_remaining_iterations_collect():

@@ -747,3 +747,27 @@ def test_a_closed_terminal_stops_the_run_like_sigterm(tmp_path):
     rank = json.loads((run / "runtime_manifest.json").read_text())["ranks"][0]
     assert not pid_alive(rank["learner_pid"]) and not pid_alive(rank["collector_pid"])
     assert_released_each_other(run)
+
+
+def test_a_full_disk_at_a_checkpoint_is_named_and_leaves_the_last_one(tmp_path):
+    """The periodic checkpoint's write fails with ENOSPC (its temporary file is /dev/full): the console names the
+    file system and the checkpoint, no partial file is left, the summary is written, the last good checkpoint
+    and the metric rows stay."""
+    from unilab.rundir.checkpoint import mount_point
+
+    first = train(tmp_path, "algo.max_iterations=4", "algo.save_interval=4")
+    assert first.returncode == 0, first.stderr[-4000:]
+    run = only_run(tmp_path)
+    checkpoints = run / "checkpoints"
+    (checkpoints / "iter_0000008.tmp").symlink_to("/dev/full")  # where the next checkpoint is written first
+    done = train(tmp_path, f"training.resume={run}", "algo.max_iterations=12", "algo.save_interval=4")
+    assert done.returncode == 1, done.stderr[-4000:]
+    expected = f"no space left on device on {mount_point(checkpoints)}: checkpoint iter_0000008 not written"
+    assert expected in done.stderr, done.stderr[-4000:]
+    assert "unexpected pos" not in done.stderr
+    s = summary(run)
+    assert s["status"] == "failed" and s["failed_role"] == "learner" and expected in s["traceback"]
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["iter_0000004.pt", "latest.pt"]
+    assert (checkpoints / "latest.pt").resolve().name == "iter_0000004.pt"
+    rows = [r["iteration"] for r in read_metrics(run)]
+    assert rows == list(range(len(rows))) and len(rows) >= 6, rows
