@@ -370,12 +370,38 @@ def untouched(run) -> bool:
     return not (run / "segments").exists()
 
 
-def test_resume_tolerates_a_torn_last_metrics_line(resumable):
+def test_resume_tolerates_a_torn_last_metrics_line(resumable, capsys):
     run, launcher = resumable
     with open(run / "metrics.jsonl", "a") as f:
         f.write('{"iteration": 20, "env_st')
     assert resume(run) == 0
     assert (run / "segments" / "0" / "run_config.json").exists() and len(launcher.calls) == 1
+    # the torn row is one the resume from iteration 20 redoes: nothing is lost, nothing said
+    assert "lost" not in capsys.readouterr().err
+    ((prepared, _cfg), _kwargs) = launcher.calls[0]
+    assert prepared.notes == []
+
+
+@pytest.mark.parametrize("metrics, lost", [
+    ("".join(json.dumps({"iteration": i}) + "\n" for i in range(18)) + '{"iteration": 18, "env_st',
+     "metrics.jsonl: rows of iterations 18-19 lost (torn last line)"),
+    (None, "metrics.jsonl: rows of iterations 0-19 lost (the file is missing)"),
+    ("".join(json.dumps({"iteration": i}) + "\n" for i in range(19)),
+     "metrics.jsonl: row of iteration 19 lost (not written before the run ended)"),
+])
+def test_a_resume_names_the_metric_rows_it_finds_lost(resumable, capsys, metrics, lost):
+    """Rows before the checkpoint's iteration that are gone stay gone (the resume redoes only those after it):
+    one note names them, on the console and in run_summary.json's notes."""
+    run, launcher = resumable
+    if metrics is None:
+        (run / "metrics.jsonl").unlink()
+    else:
+        (run / "metrics.jsonl").write_text(metrics)
+    assert resume(run) == 0
+    note = f"{lost}; resuming from checkpoint iter_0000020.pt"
+    assert capsys.readouterr().err.count(f"unilab: note: {note}") == 1
+    ((prepared, _cfg), _kwargs) = launcher.calls[0]
+    assert prepared.notes == [note]
 
 
 def test_resume_refuses_unreadable_metrics_before_touching_the_run_dir(resumable, capsys):

@@ -89,20 +89,27 @@ def _resume_target(resume: str, config: dict) -> ResumeTarget:
     if max_iterations <= found.iteration:
         raise ConfigError(f"training.resume={resume}: algo.max_iterations={max_iterations} but {found.path.name} "
                           f"is at iteration {found.iteration}: set algo.max_iterations above {found.iteration}")
-    _check_metrics(run_dir, resume)
-    return ResumeTarget(run_dir, str(found.path), found.iteration, found.notes)
+    notes = [*found.notes, *_lost_metrics(run_dir, resume, found.iteration, found.path.name)]
+    return ResumeTarget(run_dir, str(found.path), found.iteration, notes)
 
 
-def _check_metrics(run_dir: Path, resume: str) -> None:
-    """Every rank's metrics.jsonl reads (a torn last line, from a run killed mid-write, is dropped at the resume)."""
+def _lost_metrics(run_dir: Path, resume: str, iteration: int, checkpoint: str) -> list[str]:
+    """Every rank's metrics.jsonl reads (a torn last line, from a run killed mid-write, is dropped at the resume);
+    a note for each whose rows stop short of the checkpoint (a torn last line, rows not written before a kill,
+    a deleted file): that history is lost, and the resume says so."""
     from unilab.rundir.layout import METRICS_FILE
-    from unilab.rundir.metrics import MetricsError, read_metrics
+    from unilab.rundir.metrics import MetricsError, rows_lost_before
 
-    for metrics in sorted(run_dir.glob(f"**/{METRICS_FILE}")):
+    notes = []
+    ranks = {run_dir / METRICS_FILE, *run_dir.glob(f"**/{METRICS_FILE}")}  # rank 0's, even when it is gone
+    for metrics in sorted(ranks):
         try:
-            read_metrics(metrics.parent, torn_tail_ok=True)
+            lost = rows_lost_before(metrics.parent, iteration)
         except (MetricsError, OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"training.resume={resume}: {exc}; repair or remove that line to resume") from exc
+        if lost:
+            notes.append(f"{metrics.relative_to(run_dir)}: {lost}; resuming from checkpoint {checkpoint}")
+    return notes
 
 
 def _lock(run_dir: Path):
