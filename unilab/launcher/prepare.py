@@ -9,6 +9,7 @@ and metrics, read under the directory's lock; a log_dir that cannot be written.
 
 from __future__ import annotations
 
+import errno
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,8 +129,9 @@ def _new_run_dir(config: dict, name_suffix: str = "") -> Path:
         return new_run_dir(training["log_dir"], training["run_name"], str(config["algo"]["name"]),
                            str(config["task"]["name"]), name_suffix)
     except OSError as exc:
-        raise ConfigError(f"training.log_dir={training['log_dir']}: {exc.strerror or exc}; "
-                          "set training.log_dir to a writable directory") from None
+        fix = ("choose a shorter training.run_name (this file system takes shorter names)"
+               if exc.errno == errno.ENAMETOOLONG else "set training.log_dir to a writable directory")
+        raise ConfigError(f"training.log_dir={training['log_dir']}: {exc.strerror or exc}; {fix}") from None
 
 
 def prepare_run(request: ValidatedRequest, name_suffix: str = "") -> PreparedRun:
