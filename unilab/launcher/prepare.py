@@ -90,27 +90,20 @@ def _resume_target(resume: str, config: dict) -> ResumeTarget:
     if max_iterations <= found.iteration:
         raise ConfigError(f"training.resume={resume}: algo.max_iterations={max_iterations} but {found.path.name} "
                           f"is at iteration {found.iteration}: set algo.max_iterations above {found.iteration}")
-    notes = [*found.notes, *_lost_metrics(run_dir, resume, found.iteration, found.path.name)]
-    return ResumeTarget(run_dir, str(found.path), found.iteration, notes)
+    _check_metrics(run_dir, resume)
+    return ResumeTarget(run_dir, str(found.path), found.iteration, found.notes)
 
 
-def _lost_metrics(run_dir: Path, resume: str, iteration: int, checkpoint: str) -> list[str]:
-    """Every rank's metrics.jsonl reads (a torn last line, from a run killed mid-write, is dropped at the resume);
-    a note for each whose rows stop short of the checkpoint (a torn last line, rows not written before a kill,
-    a deleted file): that history is lost, and the resume says so."""
+def _check_metrics(run_dir: Path, resume: str) -> None:
+    """Every rank's metrics.jsonl reads (a torn last line, from a run killed mid-write, is dropped at the resume)."""
     from unilab.rundir.layout import METRICS_FILE
-    from unilab.rundir.metrics import MetricsError, rows_lost_before
+    from unilab.rundir.metrics import MetricsError, read_metrics
 
-    notes = []
-    ranks = {run_dir / METRICS_FILE, *run_dir.glob(f"**/{METRICS_FILE}")}  # rank 0's, even when it is gone
-    for metrics in sorted(ranks):
+    for metrics in sorted(run_dir.glob(f"**/{METRICS_FILE}")):
         try:
-            lost = rows_lost_before(metrics.parent, iteration)
+            read_metrics(metrics.parent, torn_tail_ok=True)
         except (MetricsError, OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"training.resume={resume}: {exc}; repair or remove that line to resume") from exc
-        if lost:
-            notes.append(f"{metrics.relative_to(run_dir)}: {lost}; resuming from checkpoint {checkpoint}")
-    return notes
 
 
 def _lock(run_dir: Path):
@@ -134,6 +127,24 @@ def _new_run_dir(config: dict, name_suffix: str = "") -> Path:
         raise ConfigError(f"training.log_dir={training['log_dir']}: {exc.strerror or exc}; {fix}") from None
 
 
+def _lost_metrics(run_dir: Path, target: ResumeTarget) -> list[str]:
+    """A note for each rank's metrics.jsonl whose rows stop short of the resumed checkpoint (a torn last line,
+    rows not written before a kill, a deleted file): that history is lost, and the resume says so."""
+    from unilab.rundir.layout import METRICS_FILE
+    from unilab.rundir.metrics import MetricsError, rows_lost_before
+
+    notes = []
+    for metrics in sorted({run_dir / METRICS_FILE, *run_dir.glob(f"**/{METRICS_FILE}")}):  # rank 0's, even gone
+        try:
+            lost = rows_lost_before(metrics.parent, target.iteration)
+        except (MetricsError, OSError, UnicodeDecodeError):  # refused by _check_metrics already
+            continue
+        if lost:
+            notes.append(f"{metrics.relative_to(run_dir)}: {lost}; resuming from checkpoint "
+                         f"{Path(target.checkpoint).name}")
+    return notes
+
+
 def prepare_run(request: ValidatedRequest, name_suffix: str = "") -> PreparedRun:
     """The run directory and its evidence files for a request every check passed (unilab.config.validation).
     `name_suffix`: appended to the default run name (a sweep job's swept values), not to training.run_name."""
@@ -146,6 +157,7 @@ def prepare_run(request: ValidatedRequest, name_suffix: str = "") -> PreparedRun
         own_dir = run_dir
     try:
         if target is not None:
+            target.notes += _lost_metrics(run_dir, target)
             for note in target.notes:
                 print(f"unilab: note: {note}", file=sys.stderr)
             archive_segment(run_dir)
