@@ -270,3 +270,71 @@ def test_the_summary_holds_the_mean_env_steps_per_s(tmp_path):
     assert json.loads((tmp_path / "run_summary.json").read_text())["mean_env_steps_per_s"] == 1500.0
     (tmp_path / METRICS_FILE).unlink()
     assert _summary(supervisor, 0.0, tmp_path).mean_env_steps_per_s is None
+
+
+# ---------------------------------------------------------------- the tools on what is not a run directory
+
+
+def _tool(capsys, *args) -> tuple[int, str]:
+    from unilab.cli.tools import main as tools_main
+
+    code = tools_main([str(a) for a in args])
+    return code, capsys.readouterr().err
+
+
+def _bare_run(path: Path) -> Path:
+    """A run directory as train leaves it before its first checkpoint."""
+    path.mkdir(parents=True)
+    (path / "run_config.json").write_text(json.dumps({"training": {"device": "cpu", "seed": 1},
+                                                      "task": {"name": "g1_walk_flat"}, "algo": {"name": "fastsac"}}))
+    return path
+
+
+@pytest.mark.parametrize("content", [b"PK\x03\x04\x80\x81binary", b'{"iteration": 3}\n'])
+def test_play_of_a_file_says_it_is_not_a_run_directory(tmp_path, capsys, content):
+    given = tmp_path / "policy.pt"
+    given.write_bytes(content)
+    code, err = _tool(capsys, "play", given)
+    assert code == 2
+    assert err == (f"unilab play: {given}: not a run directory; pass the run directory or --checkpoint "
+                   "(unilab play RUN --checkpoint FILE)\n")
+
+
+def test_play_of_a_checkpoint_file_names_the_command_that_plays_it(tmp_path, capsys):
+    run = _bare_run(tmp_path / "runs" / "r")
+    (run / "checkpoints").mkdir()
+    ckpt = run / "checkpoints" / "iter_0000010.pt"
+    ckpt.write_bytes(b"PK\x03\x04")
+    code, err = _tool(capsys, "play", ckpt)
+    assert code == 2 and f"(unilab play {run} --checkpoint {ckpt})" in err, err
+
+
+def test_play_of_a_run_without_checkpoints_speaks_of_plays_options(tmp_path, capsys):
+    run = _bare_run(tmp_path / "r")
+    code, err = _tool(capsys, "play", run)
+    assert code == 2 and "training.resume" not in err, err
+    assert err.startswith(f"unilab play: {run}: no checkpoint in {run / 'checkpoints'} yet")
+    assert "--checkpoint FILE" in err and "--agent zero or random" in err
+    code, err = _tool(capsys, "play", run, "--checkpoint", tmp_path / "nope.pt")
+    assert code == 2 and err == f"unilab play: --checkpoint {tmp_path / 'nope.pt'}: no such file\n"
+    assert sorted(p.name for p in run.iterdir()) == ["run_config.json"]  # no report written
+
+
+def test_export_of_a_lone_file_names_the_file_not_the_folder_above_its_folder(tmp_path, capsys):
+    stray = tmp_path / "downloads" / "policy.pt"
+    stray.parent.mkdir()
+    stray.write_bytes(b"PK\x03\x04")
+    code, err = _tool(capsys, "export", stray)
+    assert code == 2, err
+    assert err.startswith(f"unilab export: {stray}: not a run directory, nor a checkpoint in one's checkpoints/")
+    assert f"(unilab export RUN --checkpoint {stray})" in err
+    assert f"{tmp_path} " not in err and f"{tmp_path}/run_config.json" not in err
+
+
+def test_config_diff_of_a_binary_file_names_it(tmp_path, capsys):
+    run = _bare_run(tmp_path / "r")
+    binary = tmp_path / "iter_0000010.pt"
+    binary.write_bytes(b"PK\x03\x04\x80\x81\xfe")
+    code, err = _tool(capsys, "config", "diff", binary, run)
+    assert code == 2
+    assert err == f"unilab config diff: {binary}: not a run_config.json (a binary file, not JSON text)\n"
