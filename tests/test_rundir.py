@@ -93,6 +93,38 @@ def test_evidence_files_follow_the_umask(tmp_path, umask):
     assert os.umask(old) == old  # the umask is left as it was
 
 
+@pytest.mark.parametrize("proc", ["/proc", "a fake /proc", "no /proc"])
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o027])
+def test_the_umask_is_read_without_being_changed(tmp_path, monkeypatch, proc, umask):
+    """Changing the umask to read it would give a file another thread creates meanwhile the wrong mode: it is
+    read from /proc/self/status, else from a probe file's mode; the process umask never changes on the way."""
+    import unilab.rundir.atomic as atomic
+
+    expected = umask
+    if proc == "a fake /proc":  # what it says is what counts (here unlike the real umask, to tell them apart)
+        status, expected = tmp_path / "status", 0o007
+        status.write_text(f"Name:\tpython\nUmask:\t{expected:04o}\nState:\tR (running)\n")
+        monkeypatch.setattr(atomic, "PROC_STATUS", str(status))
+    elif proc == "no /proc":
+        monkeypatch.setattr(atomic, "PROC_STATUS", str(tmp_path / "absent" / "status"))
+    old = os.umask(umask)
+    real_umask, seen = os.umask, []
+
+    def umask_seen_by_other_threads(mask):  # every value the process umask takes while the file is written
+        seen.append(mask)
+        return real_umask(mask)
+
+    monkeypatch.setattr(os, "umask", umask_seen_by_other_threads)
+    try:
+        written = atomic.write_json_atomic(tmp_path / "run_config.json", {"a": 1})
+    finally:
+        monkeypatch.setattr(os, "umask", real_umask)
+        os.umask(old)
+    assert all(mask == umask for mask in seen), [oct(m) for m in seen]
+    assert (written.stat().st_mode & 0o777) == 0o666 & ~expected
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "status") == ["run_config.json"]
+
+
 def test_the_console_line_of_a_failed_run_names_the_exception_and_its_fix(tmp_path):
     from unilab.rundir.summary import RunSummary
 
