@@ -201,6 +201,40 @@ def test_an_aborted_child_under_mps_names_the_server(server_gone, cause):
         assert any("unilab mps doctor" in line for line in sup.fix)
 
 
+class _Signalled(_Proc):
+    """A child that ignores the stop event and ends on the first signal, which its exit code names."""
+
+    def kill(self) -> None:
+        self.exitcode = -9
+
+    def terminate(self) -> None:
+        self.exitcode = -15
+
+
+def test_a_dead_child_takes_only_its_own_ranks_survivors_down_at_once(monkeypatch):
+    """kill -9 of rank 1's learner: rank 1's collector (it shares the dead learner's GPU buffers) gets SIGKILL
+    after the short grace; rank 0's children share nothing with it and stop in order (SIGTERM, on which they
+    save), so rank 0's learner can write its stop-time checkpoint."""
+    import unilab.launcher.supervisor as supervisor
+
+    monkeypatch.setattr(supervisor, "STOP_GRACE_S", DEAD_CHILD_GRACE_S + 1.0)  # the orderly stop comes later
+
+    class Ranks(_Spec):
+        @staticmethod
+        def name(role: str) -> str:
+            return f"{role}[0]"
+
+    procs = {"learner[0]": _Signalled(None), "collector[0]": _Signalled(None), "learner[1]": _Signalled(-9),
+             "collector[1]": _Signalled(None)}
+    sup = Supervisor([Ranks(), Ranks()], procs, queue.Queue(), threading.Event(), threading.Event(), verify=None)
+    sup.verified = True
+    sup.run()
+    assert sup.cause == "learner_died: the learner[1] was killed by SIGKILL (exit code -9)"
+    assert sup.stop_event.is_set()
+    assert {name: p.exitcode for name, p in procs.items()} == {
+        "learner[0]": -15, "collector[0]": -15, "learner[1]": -9, "collector[1]": -9}
+
+
 def test_an_mps_error_in_a_traceback_is_the_server_fault():
     tb = "Traceback (most recent call last):\n  ...\nRuntimeError: CUDA error: cudaErrorMpsClientTerminated\n"
     sup = _supervise({"learner": _Proc(1), "collector": _Proc(1)}, messages=[Failed("collector", tb)],

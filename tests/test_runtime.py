@@ -372,6 +372,40 @@ def test_two_ranks_on_cpu_stay_in_sync(tmp_path):
                                                          "learner_rank1.stderr", "collector_rank1.stderr"}
 
 
+@pytest.mark.parametrize("how", ["rank 1's learner killed", "SIGINT to the group"])
+def test_rank_0_saves_its_stop_time_checkpoint_when_another_rank_ends(tmp_path, how):
+    """training.devices=[0,1] on the CPU: rank 1's learner is killed (or Ctrl-C stops both ranks) mid-run. Rank 0,
+    waiting in a collective for rank 1 or anywhere else, stops as after a stop request: it writes its pending rows
+    and its checkpoint (its weights are whole: a gloo collective raises before the step that would use it)."""
+    proc = _start(tmp_path, "task.num_envs=8", "training.devices=[0,1]", "algo.batch_size=64",
+                  "algo.save_interval=100000")
+    try:
+        run = _wait_for_metrics(tmp_path, proc, rows=5)
+        while len(read_metrics(run / "rank_1")) < 5:
+            assert proc.poll() is None
+            time.sleep(0.5)
+        ranks = json.loads((run / "runtime_manifest.json").read_text())["ranks"]
+        if how == "SIGINT to the group":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(ranks[1]["learner_pid"], signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    s = summary(run)
+    if how == "SIGINT to the group":
+        assert proc.returncode == 130 and s["status"] == "interrupted", err[-4000:]
+    else:
+        assert proc.returncode == 1 and s["status"] == "failed", err[-4000:]
+        assert s["cause"] == "learner_died: the learner[1] was killed by SIGKILL (exit code -9)", s["cause"]
+    assert s["exit_codes"]["learner[0]"] == 0, (s["exit_codes"], err[-4000:])
+    iterations = s["iterations"]
+    assert iterations and iterations >= 5, s
+    checkpoint = run / "checkpoints" / f"iter_{iterations:07d}.pt"
+    assert checkpoint.is_file() and (run / "checkpoints" / "latest.pt").resolve() == checkpoint
+    assert [r["iteration"] for r in read_metrics(run)] == list(range(iterations))  # a resume leaves no gap
+
+
 def test_mps_thread_percentage_and_priority_per_role(tmp_path, mps_on_cpu_children, daemon):
     """training.mps_active_thread_percentage / mps_client_priority: each child starts with its own
     CUDA_MPS_* variables; the manifest notes them."""

@@ -56,7 +56,7 @@ class Console:
 
     def show(self, msg) -> None:
         if isinstance(msg, Phase):
-            self.print(msg.text, _rank_of(msg.name))
+            self.print(msg.text, rank_of(msg.name))
         elif isinstance(msg, Progress):
             self.print(self.progress_text(msg), msg.rank)
 
@@ -85,7 +85,8 @@ class Console:
                 f"{episodes} | replay {count_text(p.replay_size)}")
 
 
-def _rank_of(name: str) -> int | None:
+def rank_of(name: str) -> int | None:
+    """The rank in a child's name (`learner[1]` -> 1); None for a name without one."""
     _, _, rank = name.partition("[")
     try:
         return int(rank.rstrip("]"))

@@ -153,9 +153,14 @@ def _names(kinds) -> str:
     return ", ".join(k.__name__ for k in kinds)
 
 
+def stop_requested(stop_event=None) -> bool:
+    """Whether this process is asked to stop (the stop event, SIGTERM)."""
+    return _terminate_requested or (stop_event is not None and stop_event.is_set())
+
+
 def check_stop(role: str, stop_event=None, parent_pid: int | None = None) -> None:
     """Raise StopRequested when asked to stop (stop event, SIGTERM), ParentGone when the launcher is gone."""
-    if _terminate_requested or (stop_event is not None and stop_event.is_set()):
+    if stop_requested(stop_event):
         raise StopRequested()
     parent = parent_pid if parent_pid is not None else _parent_pid
     if parent is not None and os.getppid() != parent:
