@@ -104,6 +104,38 @@ def test_a_child_stderr_goes_to_its_log_and_only_unilab_lines_to_the_console(tmp
     assert "Fatal Python error: Aborted" in log  # faulthandler: the Python stack of a native abort
 
 
+def test_a_console_that_went_away_drops_the_lines_after_it(tmp_path):
+    """A child's console lines once its console is gone (a closed pipe here, a hung-up terminal in an ssh
+    connection closed mid-run): the child goes on and logs; later writes, the interpreter's at exit included,
+    do not fail."""
+    code = (
+        "import os, sys\n"
+        "from unilab.runtime.child_log import log_stderr\n"
+        f"log_stderr({str(tmp_path)!r}, 'learner')\n"
+        "sys.stdin.read()\n"  # until the test closes the pipes: the console is gone
+        "print('unilab: learner: saving the checkpoint', file=sys.stderr, flush=True)\n"
+        "os.write(2, b'native after\\n')\n"
+        "print('unilab: learner: saved', file=sys.stderr, flush=True)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stderr.close()  # the reader is gone: EPIPE, as EIO from a hung-up terminal
+    proc.stdin.close()
+    assert proc.wait(timeout=60) == 0
+    log = (tmp_path / "logs" / "learner.stderr").read_text()
+    assert "saving the checkpoint" in log and "native after" in log and "unilab: learner: saved" in log
+
+
+def test_the_hang_up_safe_console_reraises_other_errors():
+    from unilab.runtime.child_log import HangUpSafe
+
+    class Full:
+        def write(self, text):
+            raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        HangUpSafe(Full()).write("x")
+
+
 @pytest.mark.parametrize("text, expected", [
     ("RuntimeError: CUDA error: cudaErrorMpsRpcFailure", True),
     ("torch.AcceleratorError: CUDA error: the remote procedural call between the MPS server and the MPS client "
@@ -130,7 +162,7 @@ class _Proc:
 
 
 class _Spec:
-    startup_timeout_s = 60.0
+    training = SimpleNamespace(startup_timeout_s=60.0)
 
     @staticmethod
     def name(role: str) -> str:
@@ -167,6 +199,40 @@ def test_an_aborted_child_under_mps_names_the_server(server_gone, cause):
         assert any("/tmp/mps/log/server.log" in line for line in sup.fix)
         assert any("unilab mps start" in line for line in sup.fix)
         assert any("unilab mps doctor" in line for line in sup.fix)
+
+
+class _Signalled(_Proc):
+    """A child that ignores the stop event and ends on the first signal, which its exit code names."""
+
+    def kill(self) -> None:
+        self.exitcode = -9
+
+    def terminate(self) -> None:
+        self.exitcode = -15
+
+
+def test_a_dead_child_takes_only_its_own_ranks_survivors_down_at_once(monkeypatch):
+    """kill -9 of rank 1's learner: rank 1's collector (it shares the dead learner's GPU buffers) gets SIGKILL
+    after the short grace; rank 0's children share nothing with it and stop in order (SIGTERM, on which they
+    save), so rank 0's learner can write its stop-time checkpoint."""
+    import unilab.launcher.supervisor as supervisor
+
+    monkeypatch.setattr(supervisor, "STOP_GRACE_S", DEAD_CHILD_GRACE_S + 1.0)  # the orderly stop comes later
+
+    class Ranks(_Spec):
+        @staticmethod
+        def name(role: str) -> str:
+            return f"{role}[0]"
+
+    procs = {"learner[0]": _Signalled(None), "collector[0]": _Signalled(None), "learner[1]": _Signalled(-9),
+             "collector[1]": _Signalled(None)}
+    sup = Supervisor([Ranks(), Ranks()], procs, queue.Queue(), threading.Event(), threading.Event(), verify=None)
+    sup.verified = True
+    sup.run()
+    assert sup.cause == "learner_died: the learner[1] was killed by SIGKILL (exit code -9)"
+    assert sup.stop_event.is_set()
+    assert {name: p.exitcode for name, p in procs.items()} == {
+        "learner[0]": -15, "collector[0]": -15, "learner[1]": -9, "collector[1]": -9}
 
 
 def test_an_mps_error_in_a_traceback_is_the_server_fault():

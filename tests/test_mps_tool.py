@@ -260,6 +260,24 @@ def test_status_lists_a_unilab_daemon_and_an_absent_ambient_pipe(tool, capsys):
     assert run("stop") == 0
 
 
+@pytest.mark.parametrize("make, said", [
+    (lambda p: p.write_text(""), "a regular file, not a directory"),
+    (lambda p: (p.symlink_to(p.with_name("b")), p.with_name("b").symlink_to(p)), "a symlink loop, not a directory"),
+    (lambda p: p.symlink_to("nowhere"), "a dangling symlink (to nowhere), not a directory"),
+    (lambda p: (p.with_name("f").write_text(""), p.symlink_to("f")), "a symlink to a regular file, not a directory"),
+    (lambda p: None, "no such directory"),
+])
+def test_status_says_what_a_pipe_directory_that_is_not_one_is(tool, capsys, make, said):
+    pipe = tool.root / "pipe"
+    make(pipe)
+    tool.env["CUDA_MPS_PIPE_DIRECTORY"] = str(pipe)
+    assert run("status", "--json") == 0
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert entry["directory_exists"] is False and entry["not_a_directory"] == said
+    assert run("status") == 0
+    assert capsys.readouterr().out.splitlines()[1] == f"  {said}"
+
+
 def test_env_prints_the_export_lines(tool, capsys):
     assert run("env") == 1
     assert "no daemon started by `unilab mps start` is recorded" in capsys.readouterr().err

@@ -3,7 +3,10 @@ an intact checkpoint."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -88,6 +91,38 @@ def test_evidence_files_follow_the_umask(tmp_path, umask):
     assert want == 0o666 & ~umask
     assert [stat.S_IMODE(p.stat().st_mode) for p in paths] == [want, want]
     assert os.umask(old) == old  # the umask is left as it was
+
+
+@pytest.mark.parametrize("proc", ["/proc", "a fake /proc", "no /proc"])
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o027])
+def test_the_umask_is_read_without_being_changed(tmp_path, monkeypatch, proc, umask):
+    """Changing the umask to read it would give a file another thread creates meanwhile the wrong mode: it is
+    read from /proc/self/status, else from a probe file's mode; the process umask never changes on the way."""
+    import unilab.rundir.atomic as atomic
+
+    expected = umask
+    if proc == "a fake /proc":  # what it says is what counts (here unlike the real umask, to tell them apart)
+        status, expected = tmp_path / "status", 0o007
+        status.write_text(f"Name:\tpython\nUmask:\t{expected:04o}\nState:\tR (running)\n")
+        monkeypatch.setattr(atomic, "PROC_STATUS", str(status))
+    elif proc == "no /proc":
+        monkeypatch.setattr(atomic, "PROC_STATUS", str(tmp_path / "absent" / "status"))
+    old = os.umask(umask)
+    real_umask, seen = os.umask, []
+
+    def umask_seen_by_other_threads(mask):  # every value the process umask takes while the file is written
+        seen.append(mask)
+        return real_umask(mask)
+
+    monkeypatch.setattr(os, "umask", umask_seen_by_other_threads)
+    try:
+        written = atomic.write_json_atomic(tmp_path / "run_config.json", {"a": 1})
+    finally:
+        monkeypatch.setattr(os, "umask", real_umask)
+        os.umask(old)
+    assert all(mask == umask for mask in seen), [oct(m) for m in seen]
+    assert (written.stat().st_mode & 0o777) == 0o666 & ~expected
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "status") == ["run_config.json"]
 
 
 def test_the_console_line_of_a_failed_run_names_the_exception_and_its_fix(tmp_path):
@@ -198,6 +233,80 @@ def test_a_corrupt_latest_checkpoint_falls_back_to_the_newest_intact_one(tmp_pat
         find_intact_checkpoint(str(tmp_path))
 
 
+def _failing_save(error: BaseException):
+    """torch.save as a full disk fails it: part of the file written, then the error."""
+
+    def save(obj, f):
+        out = open(f, "wb") if isinstance(f, (str, os.PathLike)) else f  # noqa: SIM115 (left open, as at a crash)
+        out.write(b"PK\x03\x04" + b"\0" * 4096)
+        out.flush()
+        raise error
+
+    return save
+
+
+@pytest.mark.parametrize("error, fs_error", [
+    (OSError(errno.ENOSPC, "No space left on device"), "no space left on device"),
+    (OSError(errno.EDQUOT, "Disk quota exceeded"), "disk quota exceeded"),
+])
+def test_a_checkpoint_save_without_room_names_the_file_system_and_leaves_no_partial_file(
+        tmp_path, monkeypatch, error, fs_error):
+    import torch
+
+    from unilab.rundir.checkpoint import CheckpointNotWritten, find_intact_checkpoint, mount_point
+
+    save_fake(tmp_path, 10)
+    before = (tmp_path / "checkpoints" / "iter_0000010.pt").read_bytes()
+    monkeypatch.setattr(torch, "save", _failing_save(error))
+    with pytest.raises(CheckpointNotWritten) as info:
+        save_fake(tmp_path, 20)
+    assert str(info.value) == f"{fs_error} on {mount_point(tmp_path)}: checkpoint iter_0000020 not written"
+    assert info.value.errno == error.errno
+    # no partial file holds the room the summary needs; the last good checkpoint is as it was
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["iter_0000010.pt", "latest.pt"]
+    assert (tmp_path / "checkpoints" / "iter_0000010.pt").read_bytes() == before
+    monkeypatch.undo()
+    assert find_intact_checkpoint(str(tmp_path)).iteration == 10
+
+
+def test_torchs_own_write_error_is_traced_to_the_full_disk(tmp_path, monkeypatch):
+    """torch's zip writer raises its RuntimeError ("unexpected pos") while the OSError under it says why."""
+    import torch
+
+    from unilab.rundir.checkpoint import CheckpointNotWritten
+
+    def save(obj, f):
+        try:
+            (open(f, "wb") if isinstance(f, (str, os.PathLike)) else f).write(b"PK")  # noqa: SIM115
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+
+    monkeypatch.setattr(torch, "save", save)
+    with pytest.raises(CheckpointNotWritten, match="no space left on device on .*: checkpoint iter_0000005 not"):
+        save_fake(tmp_path, 5)
+    assert list((tmp_path / "checkpoints").iterdir()) == []
+
+
+def test_a_failed_checkpoint_save_for_another_reason_keeps_its_error_and_leaves_no_partial_file(
+        tmp_path, monkeypatch):
+    import torch
+
+    save_fake(tmp_path, 10)
+    monkeypatch.setattr(torch, "save", _failing_save(RuntimeError("cannot pickle 'generator' object")))
+    with pytest.raises(RuntimeError, match="cannot pickle"):
+        save_fake(tmp_path, 20)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["iter_0000010.pt", "latest.pt"]
+
+
+def test_the_mount_point_of_a_path(tmp_path):
+    from unilab.rundir.checkpoint import mount_point
+
+    assert mount_point(Path("/")) == Path("/")
+    found = mount_point(tmp_path)
+    assert os.path.ismount(found) and tmp_path.resolve().is_relative_to(found)
+
+
 def test_the_resume_refill_is_capped_by_what_the_remaining_iterations_collect():
     from unilab.runtime.learner import refill_target
 
@@ -234,3 +343,71 @@ def test_the_summary_holds_the_mean_env_steps_per_s(tmp_path):
     assert json.loads((tmp_path / "run_summary.json").read_text())["mean_env_steps_per_s"] == 1500.0
     (tmp_path / METRICS_FILE).unlink()
     assert _summary(supervisor, 0.0, tmp_path).mean_env_steps_per_s is None
+
+
+# ---------------------------------------------------------------- the tools on what is not a run directory
+
+
+def _tool(capsys, *args) -> tuple[int, str]:
+    from unilab.cli.tools import main as tools_main
+
+    code = tools_main([str(a) for a in args])
+    return code, capsys.readouterr().err
+
+
+def _bare_run(path: Path) -> Path:
+    """A run directory as train leaves it before its first checkpoint."""
+    path.mkdir(parents=True)
+    (path / "run_config.json").write_text(json.dumps({"training": {"device": "cpu", "seed": 1},
+                                                      "task": {"name": "g1_walk_flat"}, "algo": {"name": "fastsac"}}))
+    return path
+
+
+@pytest.mark.parametrize("content", [b"PK\x03\x04\x80\x81binary", b'{"iteration": 3}\n'])
+def test_play_of_a_file_says_it_is_not_a_run_directory(tmp_path, capsys, content):
+    given = tmp_path / "policy.pt"
+    given.write_bytes(content)
+    code, err = _tool(capsys, "play", given)
+    assert code == 2
+    assert err == (f"unilab play: {given}: not a run directory; pass the run directory or --checkpoint "
+                   "(unilab play RUN --checkpoint FILE)\n")
+
+
+def test_play_of_a_checkpoint_file_names_the_command_that_plays_it(tmp_path, capsys):
+    run = _bare_run(tmp_path / "runs" / "r")
+    (run / "checkpoints").mkdir()
+    ckpt = run / "checkpoints" / "iter_0000010.pt"
+    ckpt.write_bytes(b"PK\x03\x04")
+    code, err = _tool(capsys, "play", ckpt)
+    assert code == 2 and f"(unilab play {run} --checkpoint {ckpt})" in err, err
+
+
+def test_play_of_a_run_without_checkpoints_speaks_of_plays_options(tmp_path, capsys):
+    run = _bare_run(tmp_path / "r")
+    code, err = _tool(capsys, "play", run)
+    assert code == 2 and "training.resume" not in err, err
+    assert err.startswith(f"unilab play: {run}: no checkpoint in {run / 'checkpoints'} yet")
+    assert "--checkpoint FILE" in err and "--agent zero or random" in err
+    code, err = _tool(capsys, "play", run, "--checkpoint", tmp_path / "nope.pt")
+    assert code == 2 and err == f"unilab play: --checkpoint {tmp_path / 'nope.pt'}: no such file\n"
+    assert sorted(p.name for p in run.iterdir()) == ["run_config.json"]  # no report written
+
+
+def test_export_of_a_lone_file_names_the_file_not_the_folder_above_its_folder(tmp_path, capsys):
+    stray = tmp_path / "downloads" / "policy.pt"
+    stray.parent.mkdir()
+    stray.write_bytes(b"PK\x03\x04")
+    code, err = _tool(capsys, "export", stray)
+    assert code == 2, err
+    assert err.startswith(f"unilab export: {stray}: not a run directory, nor a checkpoint in one's checkpoints/")
+    assert f"(unilab export RUN --checkpoint {stray})" in err
+    assert f"{tmp_path} " not in err and f"{tmp_path}/run_config.json" not in err
+
+
+def test_config_diff_of_a_binary_file_names_it(tmp_path, capsys):
+    run = _bare_run(tmp_path / "r")
+    binary = tmp_path / "iter_0000010.pt"
+    binary.write_bytes(b"PK\x03\x04\x80\x81\xfe")
+    code, err = _tool(capsys, "config", "diff", binary, run)
+    assert code == 2
+    assert err == f"unilab config diff: {binary}: not a run_config.json (a binary file, not JSON text)\n"

@@ -373,6 +373,40 @@ def test_two_ranks_on_cpu_stay_in_sync(tmp_path):
                                                          "learner_rank1.stderr", "collector_rank1.stderr"}
 
 
+@pytest.mark.parametrize("how", ["rank 1's learner killed", "SIGINT to the group"])
+def test_rank_0_saves_its_stop_time_checkpoint_when_another_rank_ends(tmp_path, how):
+    """training.devices=[0,1] on the CPU: rank 1's learner is killed (or Ctrl-C stops both ranks) mid-run. Rank 0,
+    waiting in a collective for rank 1 or anywhere else, stops as after a stop request: it writes its pending rows
+    and its checkpoint (its weights are whole: a gloo collective raises before the step that would use it)."""
+    proc = _start(tmp_path, "task.num_envs=8", "training.devices=[0,1]", "algo.batch_size=64",
+                  "algo.save_interval=100000")
+    try:
+        run = _wait_for_metrics(tmp_path, proc, rows=5)
+        while len(read_metrics(run / "rank_1")) < 5:
+            assert proc.poll() is None
+            time.sleep(0.5)
+        ranks = json.loads((run / "runtime_manifest.json").read_text())["ranks"]
+        if how == "SIGINT to the group":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(ranks[1]["learner_pid"], signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    s = summary(run)
+    if how == "SIGINT to the group":
+        assert proc.returncode == 130 and s["status"] == "interrupted", err[-4000:]
+    else:
+        assert proc.returncode == 1 and s["status"] == "failed", err[-4000:]
+        assert s["cause"] == "learner_died: the learner[1] was killed by SIGKILL (exit code -9)", s["cause"]
+    assert s["exit_codes"]["learner[0]"] == 0, (s["exit_codes"], err[-4000:])
+    iterations = s["iterations"]
+    assert iterations and iterations >= 5, s
+    checkpoint = run / "checkpoints" / f"iter_{iterations:07d}.pt"
+    assert checkpoint.is_file() and (run / "checkpoints" / "latest.pt").resolve() == checkpoint
+    assert [r["iteration"] for r in read_metrics(run)] == list(range(iterations))  # a resume leaves no gap
+
+
 def test_mps_thread_percentage_and_priority_per_role(tmp_path, mps_on_cpu_children, daemon):
     """training.mps_active_thread_percentage / mps_client_priority: each child starts with its own
     CUDA_MPS_* variables; the manifest notes them."""
@@ -696,3 +730,79 @@ def test_both_update_orders_train_end_to_end(tmp_path, update_first):
     assert rows[-1]["replay_size"] == 12 * 16  # every chunk was ingested (update first: the last one after the last update)
     assert summary(run)["status"] == "completed"
     assert json.loads((run / "run_config.json").read_text())["training"]["update_before_ingest"] is update_first
+
+
+def test_a_closed_terminal_stops_the_run_like_sigterm(tmp_path):
+    """The terminal (an ssh connection) closes: the console hangs up, so writes to it fail (EIO), and the shell
+    sends SIGHUP to the job's process group. The run stops as interrupted, saves, and writes its summary."""
+    import pty
+    import select
+    import threading
+
+    master, slave = pty.openpty()
+    train_argv = ["-m", "unilab.cli.train", *SMOKE, f"training.log_dir={tmp_path}", "algo.max_iterations=100000"]
+    # a session of its own whose controlling terminal is the pty (as a login shell's job has), then `train`
+    become_train = (f"import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
+                    f"os.execv(sys.executable, [sys.executable, *{train_argv!r}])")
+    proc = subprocess.Popen([sys.executable, "-c", become_train], stdin=slave, stdout=slave, stderr=slave,
+                            start_new_session=True)
+    os.close(slave)
+    console: list[bytes] = []
+    hang_up = threading.Event()
+
+    def terminal() -> None:
+        """Shows what the run prints until it hangs up: then the master side closes (only here, so that its
+        descriptor is never read after it is closed)."""
+        while not hang_up.is_set():
+            if select.select([master], [], [], 0.1)[0]:
+                try:
+                    data = os.read(master, 4096)
+                except OSError:
+                    break
+                console.append(data)
+        os.close(master)
+
+    shown = threading.Thread(target=terminal, daemon=True)
+    shown.start()
+    try:
+        run = _wait_for_metrics(tmp_path, proc)
+        hang_up.set()  # the terminal goes away ...
+        shown.join(timeout=10)
+        os.killpg(proc.pid, signal.SIGHUP)  # ... and the shell hangs up its jobs
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert code == 130, b"".join(console)[-4000:]
+    s = summary(run)
+    assert s["status"] == "interrupted" and s["cause"] == "SIGHUP received", s
+    assert s["iterations"] and s["iterations"] >= 3
+    assert (run / "checkpoints" / "latest.pt").exists()
+    assert [r["iteration"] for r in read_metrics(run)] == list(range(s["iterations"]))
+    rank = json.loads((run / "runtime_manifest.json").read_text())["ranks"][0]
+    assert not pid_alive(rank["learner_pid"]) and not pid_alive(rank["collector_pid"])
+    assert_released_each_other(run)
+
+
+def test_a_full_disk_at_a_checkpoint_is_named_and_leaves_the_last_one(tmp_path):
+    """The periodic checkpoint's write fails with ENOSPC (its temporary file is /dev/full): the console names the
+    file system and the checkpoint, no partial file is left, the summary is written, the last good checkpoint
+    and the metric rows stay."""
+    from unilab.rundir.checkpoint import mount_point
+
+    first = train(tmp_path, "algo.max_iterations=4", "algo.save_interval=4")
+    assert first.returncode == 0, first.stderr[-4000:]
+    run = only_run(tmp_path)
+    checkpoints = run / "checkpoints"
+    (checkpoints / "iter_0000008.tmp").symlink_to("/dev/full")  # where the next checkpoint is written first
+    done = train(tmp_path, f"training.resume={run}", "algo.max_iterations=12", "algo.save_interval=4")
+    assert done.returncode == 1, done.stderr[-4000:]
+    expected = f"no space left on device on {mount_point(checkpoints)}: checkpoint iter_0000008 not written"
+    assert expected in done.stderr, done.stderr[-4000:]
+    assert "unexpected pos" not in done.stderr
+    s = summary(run)
+    assert s["status"] == "failed" and s["failed_role"] == "learner" and expected in s["traceback"]
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["iter_0000004.pt", "latest.pt"]
+    assert (checkpoints / "latest.pt").resolve().name == "iter_0000004.pt"
+    rows = [r["iteration"] for r in read_metrics(run)]
+    assert rows == list(range(len(rows))) and len(rows) >= 6, rows

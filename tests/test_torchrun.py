@@ -153,6 +153,9 @@ def test_a_killed_learner_fails_the_other_node_naming_its_rank(tmp_path, nodes):
     assert summary["status"] == "failed" and summary["failed_role"] == "rank[1]", summary["cause"]
     assert summary["cause"].startswith("rank_failed: rank 1 ("), summary["cause"]
     assert "learner_died" in read_json(rank1_dir / "run_summary.json")["cause"]  # its own launcher saw it die
+    # rank 0 stopped as after a stop request: its stop-time checkpoint (a gloo collective raises before the step)
+    iterations = summary["iterations"]
+    assert iterations and (dirs[0] / RUN / "checkpoints" / f"iter_{iterations:07d}.pt").is_file(), summary
     # no shared filesystem: rank 0 says what is missing, and merge-ranks gathers the nodes' copies
     assert any("unilab merge-ranks" in note for note in summary["notes"]), summary["notes"]
     target = dirs[0] / RUN

@@ -244,7 +244,16 @@ def test_cuda_device_without_a_gpu_fails_before_anything_exists(tmp_path, spies,
     ("training.resume_refill_fraction=1.5", "training.resume_refill_fraction=1.5: expected a share"),
     ("training.run_name=../x", "training.run_name='../x': expected a name relative to training.log_dir"),
     ("training.run_name=a/../../x", "training.run_name='a/../../x': expected a name relative to training.log_dir"),
-    ("training.run_name=/tmp/elsewhere", "training.run_name='/tmp/elsewhere': expected a name relative to"),
+    ("training.run_name=/tmp/elsewhere", "training.run_name='/tmp/elsewhere': a run name is a name, not a path; give "
+                                         "the folder as training.log_dir: training.log_dir=/tmp "
+                                         "training.run_name=elsewhere"),
+    ("training.run_name=" + "x" * 300, "name too long (300 bytes in one folder name; at most 251: file systems take "
+                                       "255 bytes per name, less room for the _N that a taken name gets); choose a "
+                                       "shorter training.run_name"),
+    ("training.run_name=" + "x" * 252, "name too long (252 bytes"),
+    ("training.run_name='" + "é" * 128 + "'", "name too long (256 bytes"),  # bytes, not characters
+    ("training.run_name=" + "d" * 256 + "/r", "name too long (256 bytes in one folder name; at most 255: file "
+                                             "systems take 255 bytes per name); choose"),
 ])
 def test_out_of_range_values_fail_at_compose(tmp_path, spies, capsys, override, needle):
     """Each value is checked beside its field (its schema's __post_init__) and refused before anything exists:
@@ -255,6 +264,24 @@ def test_out_of_range_values_fail_at_compose(tmp_path, spies, capsys, override, 
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err
     assert not log_dir.exists() and not (tmp_path / "x").exists() and spies[0].calls == []
+
+
+def test_a_run_name_at_the_length_limit_is_taken(tmp_path, spies):
+    log_dir = tmp_path / "runs"
+    assert run_train("training.device=cpu", f"training.log_dir={log_dir}", "training.run_name=" + "x" * 251) == 0
+    assert (log_dir / ("x" * 251)).is_dir()
+
+
+def test_a_run_directory_path_too_long_for_the_system_creates_nothing(tmp_path, spies, capsys):
+    """Every name fits, the whole path does not (PATH_MAX): the folders made on the way are removed again and the
+    fix is a shorter name, not a writable log_dir."""
+    room = 4030 - len(str(tmp_path))  # log_dir and log_dir/r fit in PATH_MAX (4,096 bytes), the run name does not
+    log_dir = tmp_path.joinpath(*["d" * 250] * (room // 251), "d" * (room % 251 - 1))
+    assert run_train("training.device=cpu", f"training.log_dir={log_dir}", "training.run_name=r/" + "x" * 250) == 2
+    err = capsys.readouterr().err
+    assert "File name too long; choose a shorter training.run_name" in err, err
+    assert "writable" not in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == [] and spies[0].calls == []
 
 
 @pytest.mark.parametrize("content, needle", [
@@ -390,12 +417,38 @@ def test_both_roles_start_at_the_resumed_iteration(resumable):
     assert spec.training.seed == prepared.config.training.seed and spec.task.num_envs == prepared.config.task.num_envs
 
 
-def test_resume_tolerates_a_torn_last_metrics_line(resumable):
+def test_resume_tolerates_a_torn_last_metrics_line(resumable, capsys):
     run, launcher = resumable
     with open(run / "metrics.jsonl", "a") as f:
         f.write('{"iteration": 20, "env_st')
     assert resume(run) == 0
     assert (run / "segments" / "0" / "run_config.json").exists() and len(launcher.calls) == 1
+    # the torn row is one the resume from iteration 20 redoes: nothing is lost, nothing said
+    assert "lost" not in capsys.readouterr().err
+    ((prepared, _cfg), _kwargs) = launcher.calls[0]
+    assert prepared.notes == []
+
+
+@pytest.mark.parametrize("metrics, lost", [
+    ("".join(json.dumps({"iteration": i}) + "\n" for i in range(18)) + '{"iteration": 18, "env_st',
+     "metrics.jsonl: rows of iterations 18-19 lost (torn last line)"),
+    (None, "metrics.jsonl: rows of iterations 0-19 lost (the file is missing)"),
+    ("".join(json.dumps({"iteration": i}) + "\n" for i in range(19)),
+     "metrics.jsonl: row of iteration 19 lost (not written before the run ended)"),
+])
+def test_a_resume_names_the_metric_rows_it_finds_lost(resumable, capsys, metrics, lost):
+    """Rows before the checkpoint's iteration that are gone stay gone (the resume redoes only those after it):
+    one note names them, on the console and in run_summary.json's notes."""
+    run, launcher = resumable
+    if metrics is None:
+        (run / "metrics.jsonl").unlink()
+    else:
+        (run / "metrics.jsonl").write_text(metrics)
+    assert resume(run) == 0
+    note = f"{lost}; resuming from checkpoint iter_0000020.pt"
+    assert capsys.readouterr().err.count(f"unilab: note: {note}") == 1
+    ((prepared, _cfg), _kwargs) = launcher.calls[0]
+    assert prepared.notes == [note]
 
 
 def test_resume_refuses_unreadable_metrics_before_touching_the_run_dir(resumable, capsys):

@@ -132,9 +132,7 @@ class TrainingConfig(ExecutionConfig):
         for key in timeout_keys():  # inf would wait for ever, 0 or less never waits
             positive_finite(f"training.{key}", getattr(self, key))
         if self.run_name:
-            name = PurePath(self.run_name)
-            require(not name.is_absolute() and ".." not in name.parts, "training.run_name", self.run_name,
-                    "a name relative to training.log_dir, without '..' (the run directory stays inside it)")
+            check_run_name(self.run_name)
 
     def _check_loggers(self) -> None:
         allowed = "a list of " + ", ".join(LOGGERS) + ", each at most once ([]: metrics.jsonl only)"
@@ -142,6 +140,33 @@ class TrainingConfig(ExecutionConfig):
             require(name in LOGGERS, "training.logger", list(self.logger), allowed)
         require(len(set(self.logger)) == len(self.logger), "training.logger", list(self.logger), allowed)
         require(self.wandb_mode in WANDB_MODES, "training.wandb_mode", self.wandb_mode, " or ".join(WANDB_MODES))
+
+
+# The longest file name most file systems take (NAME_MAX, in bytes); the run name's last part leaves room for
+# the "_999" a taken name gets (unilab.rundir.create).
+NAME_MAX_BYTES = 255
+TAKEN_NAME_SUFFIX_BYTES = 4
+
+
+def check_run_name(run_name: str) -> None:
+    """training.run_name is a name (folders below training.log_dir allowed), not a path elsewhere: refused before
+    anything is created, with what to do instead."""
+    name = PurePath(run_name)
+    if name.is_absolute():
+        raise ValueError(f"training.run_name={run_name!r}: a run name is a name, not a path; give the folder as "
+                         f"training.log_dir: training.log_dir={name.parent} training.run_name={name.name}")
+    require(".." not in name.parts, "training.run_name", run_name,
+            "a name relative to training.log_dir, without '..' (the run directory stays inside it)")
+    for i, part in enumerate(name.parts):
+        last = i == len(name.parts) - 1
+        limit = NAME_MAX_BYTES - (TAKEN_NAME_SUFFIX_BYTES if last else 0)
+        size = len(part.encode("utf-8", "surrogateescape"))
+        if size > limit:
+            room = ", less room for the _N that a taken name gets" if last else ""
+            shown = run_name if len(run_name) <= 60 else f"{run_name[:28]}...{run_name[-28:]}"
+            raise ValueError(f"training.run_name={shown!r}: name too long ({size} bytes in one folder name; at most "
+                             f"{limit}: file systems take {NAME_MAX_BYTES} bytes per name{room}); choose a shorter "
+                             "training.run_name")
 
 
 @dataclass

@@ -32,7 +32,7 @@ def export(run: str, *, checkpoint: str | None = None, fmt: str = "onnx", out: s
     """Write the policy; returns the file. EvalInputError for bad input (before anything is written)."""
     from unilab.registry import instantiate
     from unilab.rundir.checkpoint import run_dir_of
-    from unilab.rundir.layout import RUN_CONFIG_FILE
+    from unilab.rundir.layout import RUN_CONFIG_FILE, is_run_dir
     from unilab.runtime.play import load_learner, out_file
     from unilab.tasks import make_env
 
@@ -40,6 +40,9 @@ def export(run: str, *, checkpoint: str | None = None, fmt: str = "onnx", out: s
         raise EvalInputError(f"--format {fmt}: unknown; choose from {', '.join(FORMATS)}")
     path = Path(run).expanduser()
     if path.is_file() and path.name != RUN_CONFIG_FILE and checkpoint is None:  # a lone checkpoint file
+        if not is_run_dir(run_dir_of(path)):  # named as given, not by the folder above its folder
+            raise EvalInputError(f"{run}: not a run directory, nor a checkpoint in one's checkpoints/; pass the run "
+                                 f"directory it came from with --checkpoint (unilab export RUN --checkpoint {run})")
         checkpoint, run = str(path), str(run_dir_of(path))
     try:
         out_path = None if out is None else out_file(out, "policy.onnx")

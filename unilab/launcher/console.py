@@ -6,7 +6,9 @@ from __future__ import annotations
 import sys
 import time
 from collections import deque
+from contextlib import contextmanager
 
+from unilab.runtime.child_log import HangUpSafe
 from unilab.runtime.protocol import Phase, Progress
 
 RATE_WINDOW_S = 60.0  # the ETA follows the iteration rate of about the last minute
@@ -25,6 +27,19 @@ def count_text(n: float) -> str:
     return f"{n:.0f}"
 
 
+@contextmanager
+def console_may_hang_up():
+    """The launcher's stdout and stderr for a run: a terminal that goes away mid-run (a closed ssh connection, then
+    SIGHUP) makes the writes after it fail; they are dropped (HangUpSafe) so the run still stops, saves and
+    writes its summary."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = HangUpSafe(sys.stdout), HangUpSafe(sys.stderr)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
 class Console:
     def __init__(self, world_size: int = 1, stream=None, clock=time.monotonic):
         self.world_size = world_size
@@ -41,7 +56,7 @@ class Console:
 
     def show(self, msg) -> None:
         if isinstance(msg, Phase):
-            self.print(msg.text, _rank_of(msg.name))
+            self.print(msg.text, rank_of(msg.name))
         elif isinstance(msg, Progress):
             self.print(self.progress_text(msg), msg.rank)
 
@@ -70,7 +85,8 @@ class Console:
                 f"{episodes} | replay {count_text(p.replay_size)}")
 
 
-def _rank_of(name: str) -> int | None:
+def rank_of(name: str) -> int | None:
+    """The rank in a child's name (`learner[1]` -> 1); None for a name without one."""
     _, _, rank = name.partition("[")
     try:
         return int(rank.rstrip("]"))

@@ -35,7 +35,7 @@ from unilab.runtime.protocol import Ready
 from unilab.runtime.spec import RoleSpec
 from unilab.world import DistributedContext, single_host
 
-from .console import Console
+from .console import Console, console_may_hang_up
 from .prepare import PreparedRun
 from .supervisor import STOP_GRACE_S, Supervisor
 
@@ -51,6 +51,11 @@ class _Rank:
 
 
 def launch(prepared: PreparedRun, cfg: DictConfig) -> int:
+    with console_may_hang_up():
+        return _launch(prepared, cfg)
+
+
+def _launch(prepared: PreparedRun, cfg: DictConfig) -> int:
     training = prepared.config.training
     ctx = mp.get_context("spawn")
     to_launcher = ctx.Queue()
@@ -225,7 +230,7 @@ def _play(ctx, prepared, rank0: _Rank, timeout_s: float, interrupted_by) -> dict
     """Play the trained policy in a fresh process on rank 0's device and environment (MPS included).
 
     A supervised child like the learner and collector: it dies with the launcher (PDEATHSIG), its own
-    death is noticed at once, the wait is bounded by `timeout_s`, and SIGINT/SIGTERM to the launcher
+    death is noticed at once, the wait is bounded by `timeout_s`, and SIGINT/SIGTERM/SIGHUP to the launcher
     (`interrupted_by()` names it) stop it. Returns the report, {"error": ...} or {"interrupted": ...}."""
     from unilab.runtime.play import describe, play_main
     from unilab.runtime.protocol import PLAY_INBOX, Played, ProtocolError
@@ -300,8 +305,8 @@ def mps_log_dir(evidence: CudaProcessSharingEvidence) -> str | None:
 def _verify(prepared: PreparedRun, ranks: list[_Rank], ready: dict[str, Ready],
             cancelled=None, console: Console | None = None) -> CudaProcessSharingError | None:
     """Every child has a CUDA context: unilab.mps.verify checks each rank's pair (the GPU it sees and, under MPS,
-    that both are clients); this records what it found in the manifest. `cancelled()` true (SIGINT/SIGTERM) ends
-    the daemon queries at once; the caller then stops the run."""
+    that both are clients); this records what it found in the manifest. `cancelled()` true (SIGINT/SIGTERM/SIGHUP)
+    ends the daemon queries at once; the caller then stops the run."""
     training = prepared.config.training
     rank_records = []
     evidences = []

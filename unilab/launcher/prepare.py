@@ -9,6 +9,7 @@ and metrics, read under the directory's lock; a log_dir that cannot be written.
 
 from __future__ import annotations
 
+import errno
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,8 +145,27 @@ def _new_run_dir(config: RunConfig, name_suffix: str = "") -> Path:
     try:
         return new_run_dir(training.log_dir, training.run_name, config.algo.name, config.task.name, name_suffix)
     except OSError as exc:
-        raise ConfigError(f"training.log_dir={training.log_dir}: {exc.strerror or exc}; "
-                          "set training.log_dir to a writable directory") from None
+        fix = ("choose a shorter training.run_name (this file system takes shorter names)"
+               if exc.errno == errno.ENAMETOOLONG else "set training.log_dir to a writable directory")
+        raise ConfigError(f"training.log_dir={training.log_dir}: {exc.strerror or exc}; {fix}") from None
+
+
+def _lost_metrics(run_dir: Path, target: ResumeTarget) -> list[str]:
+    """A note for each rank's metrics.jsonl whose rows stop short of the resumed checkpoint (a torn last line,
+    rows not written before a kill, a deleted file): that history is lost, and the resume says so."""
+    from unilab.rundir.layout import METRICS_FILE
+    from unilab.rundir.metrics import MetricsError, rows_lost_before
+
+    notes = []
+    for metrics in sorted({run_dir / METRICS_FILE, *run_dir.glob(f"**/{METRICS_FILE}")}):  # rank 0's, even gone
+        try:
+            lost = rows_lost_before(metrics.parent, target.iteration)
+        except (MetricsError, OSError, UnicodeDecodeError):  # refused by _check_metrics already
+            continue
+        if lost:
+            notes.append(f"{metrics.relative_to(run_dir)}: {lost}; resuming from checkpoint "
+                         f"{Path(target.checkpoint).name}")
+    return notes
 
 
 def prepare_run(request: ValidatedRequest, name_suffix: str = "") -> PreparedRun:
@@ -160,6 +180,7 @@ def prepare_run(request: ValidatedRequest, name_suffix: str = "") -> PreparedRun
         own_dir = run_dir
     try:
         if target is not None:
+            target.notes += _lost_metrics(run_dir, target)
             for note in target.notes:
                 print(f"unilab: note: {note}", file=sys.stderr)
             archive_segment(run_dir)

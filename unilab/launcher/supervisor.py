@@ -1,15 +1,16 @@
 """The launcher's supervisor: one run's children, from their start to their end.
 
 The run moves through these states:
-  starting  every child reports `Ready`; once all have, `verify` runs (SIGINT/SIGTERM cut it short) and
+  starting  every child reports `Ready`; once all have, `verify` runs (SIGINT/SIGTERM/SIGHUP cut it short) and
             the go event is set
   running   until the learners finish, or a fault: a `Failed` message, a child that exits with an
-            error, start-up past its timeout, SIGINT/SIGTERM to the launcher
+            error, start-up past its timeout, SIGINT/SIGTERM/SIGHUP to the launcher
   stopping  the stop event is set; after STOP_GRACE_S the children still alive get SIGTERM (they
             save and stop), STOP_GRACE_S later SIGKILL (one stuck in native code). A child that died
-            without reporting (killed, aborted) or a failed MPS server leaves the others DEAD_CHILD_GRACE_S,
-            then SIGKILL: the survivors are often blocked on the dead one's GPU work or stuck in a CUDA
-            teardown that no stop request reaches
+            without reporting (killed, aborted) leaves the others of its rank DEAD_CHILD_GRACE_S, then
+            SIGKILL: they share its GPU buffers and events, are often blocked on its GPU work or stuck in a
+            CUDA teardown that no stop request reaches. The other ranks share none of it and stop in order
+            (rank 0's learner saves its checkpoint). A failed MPS server gives every child the short grace
   ended     every child has exited; what they had still queued is read
 The first fault names the run's cause; otherwise rank 0's learner summary sets its status.
 """
@@ -28,6 +29,8 @@ from typing import Any, Callable
 from unilab.mps.errors import MPS_SERVER_FAULT, mps_server_fault_fix, names_mps_failure
 from unilab.runtime.protocol import Failed, Finished, Phase, Progress, Ready, WorldFailed, last_line
 
+from .console import rank_of
+
 STOP_GRACE_S = 10.0
 DEAD_CHILD_GRACE_S = 2.0
 
@@ -42,7 +45,7 @@ class Supervisor:
         self.stop_event = stop_event
         self.go_event = go_event
         # every child's Ready -> a CudaProcessSharingError, or None to go; it returns early once `interrupted_by`
-        # is set (SIGINT/SIGTERM), and the run then stops as interrupted
+        # is set (SIGINT/SIGTERM/SIGHUP), and the run then stops as interrupted
         self.verify = verify
         self.ready: dict[str, Ready] = {}
         self.verified = False
@@ -61,7 +64,8 @@ class Supervisor:
         self.mps_log_dir = mps_log_dir
         self.console = console  # prints the children's Phase and Progress messages (None: dropped)
         self.fix: list[str] = []  # what the user does about the cause
-        self.kill_at_deadline = False  # a dead child or a failed MPS server: the survivors get SIGKILL at once
+        # name -> when it gets SIGKILL: the survivors of a dead child's rank, or every child after an MPS server fault
+        self.kill_at: dict[str, float] = {}
 
     # ---------------------------------------------------------------- the loop
 
@@ -106,7 +110,7 @@ class Supervisor:
         crashed = [n for n in dead if self.procs[n].exitcode not in (0, None) and n not in self.finished]
         if crashed and self.status is None:
             self.fail("failed", self._death_cause(crashed[0]), crashed[0])
-            self._kill_survivors_soon()
+            self._kill_survivors_soon(crashed[0])
         elif not crashed and all(not alive[n] for n in self.procs if n.startswith("learner")):
             # every learner finished: the collectors were told to stop; give them the grace period
             self.stop_deadline = time.monotonic() + STOP_GRACE_S
@@ -116,14 +120,18 @@ class Supervisor:
 
     def _escalate(self) -> None:
         """Past the stop deadline: first SIGTERM (the children save and stop), then SIGKILL for one stuck in
-        native code."""
-        if self.stop_deadline is None or time.monotonic() <= self.stop_deadline:
+        native code; the survivors of a dead child's rank get SIGKILL at their own, shorter deadline."""
+        now = time.monotonic()
+        for name, when in self.kill_at.items():
+            if now > when and self.procs[name].is_alive():
+                self.procs[name].kill()
+        if self.stop_deadline is None or now <= self.stop_deadline:
             return
         for p in self.procs.values():
             if p.is_alive():
-                p.kill() if self.terminated or self.kill_at_deadline else p.terminate()
+                p.kill() if self.terminated else p.terminate()
         self.terminated = True
-        self.stop_deadline = time.monotonic() + STOP_GRACE_S
+        self.stop_deadline = now + STOP_GRACE_S
 
     def _conclude(self) -> None:
         """Every child has exited: read what is left, judge the exit codes."""
@@ -161,9 +169,13 @@ class Supervisor:
         self.fix = mps_server_fault_fix(self.mps_log_dir)
         return True
 
-    def _kill_survivors_soon(self) -> None:
-        self.stop_deadline = min(self.stop_deadline or math.inf, time.monotonic() + DEAD_CHILD_GRACE_S)
-        self.kill_at_deadline = True
+    def _kill_survivors_soon(self, dead: str | None = None) -> None:
+        """SIGKILL in DEAD_CHILD_GRACE_S for the children of `dead`'s rank (every child when None): they may be
+        stuck on its GPU work. The other ranks' children stop in order, their learners saving."""
+        at = time.monotonic() + DEAD_CHILD_GRACE_S
+        for name in self.procs:
+            if dead is None or rank_of(name) == rank_of(dead):
+                self.kill_at[name] = min(self.kill_at.get(name, math.inf), at)
 
     # ---------------------------------------------------------------- messages
 
@@ -197,7 +209,7 @@ class Supervisor:
                 # a peer killed first: the exception is its consequence (e.g. a CUDA IPC error), not the cause
                 self.notes.append(f"the {msg.name} then raised: {last_line(msg.traceback)}")
                 self.fail("failed", self._death_cause(killed[0]), killed[0], msg.traceback)
-                self._kill_survivors_soon()
+                self._kill_survivors_soon(killed[0])
             else:
                 self.fail("failed", f"the {msg.name} raised an exception", msg.name, msg.traceback)
         elif isinstance(msg, Finished):
@@ -262,13 +274,14 @@ class Supervisor:
 
     @contextmanager
     def signals_caught(self):
-        """SIGINT and SIGTERM to the launcher stop the run (`interrupted_by`) instead of killing it."""
+        """SIGINT, SIGTERM and SIGHUP (the terminal or ssh connection closed) to the launcher stop the run
+        (`interrupted_by`) instead of killing it."""
 
         def handler(signum, _frame):
             self.interrupted_by = signal.Signals(signum).name
 
         previous = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             try:
                 previous[sig] = signal.signal(sig, handler)
             except ValueError:  # not the main thread (e.g. embedded use): leave signals alone

@@ -6,7 +6,9 @@ start a server; it creates no file and no CUDA context, and asks nothing where n
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
 
 from .control import ControlBinaryMissing, DaemonNoAnswer, PipeDirectory, daemon_pid, is_socket
@@ -46,6 +48,7 @@ def _describe(host: HostFacts, pipe: Path, source: str, timeout_s: float,
         "recorded_daemon_pid": state.daemon_pid if state else None,
         "recorded_daemon_alive": (host.start_time(state.daemon_pid) == state.daemon_start_time) if state else None,
         "directory_exists": pipe.is_dir(),
+        "not_a_directory": not_a_directory(pipe),
         "control_socket": is_socket(str(control)),
         "answers": False,
         "daemon_pid": daemon_pid(PipeDirectory(str(pipe), "env")),
@@ -66,6 +69,32 @@ def _describe(host: HostFacts, pipe: Path, source: str, timeout_s: float,
     return entry
 
 
+_FILE_KINDS = ((stat.S_ISREG, "a regular file"), (stat.S_ISSOCK, "a socket"), (stat.S_ISFIFO, "a named pipe"),
+               (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+
+
+def not_a_directory(path: Path) -> str | None:
+    """What `path` is when it is not a directory (None when it is one): a pipe directory set to a file or to a
+    broken link is a mistake to name, not one to call missing."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symlink loop, not a directory"
+        if exc.errno == errno.ENOTDIR:
+            return "not a directory: a folder above it is a file"
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            return "not accessible (permission denied on a folder above it)"
+        if os.path.islink(path):
+            return f"a dangling symlink (to {os.readlink(path)}), not a directory"
+        return "no such directory"
+    if stat.S_ISDIR(mode):
+        return None
+    kind = next((name for test, name in _FILE_KINDS if test(mode)), "a special file")
+    via = f"a symlink to {kind}" if os.path.islink(path) else kind
+    return f"{via}, not a directory"
+
+
 def render(entries: list[dict]) -> str:
     lines = []
     for e in entries:
@@ -75,7 +104,7 @@ def render(entries: list[dict]) -> str:
             head += f"  gpu {e['gpu_uuid']}, started pid {e['recorded_daemon_pid']} ({alive}), log {e['log_directory']}"
         lines.append(head)
         if not e["directory_exists"]:
-            lines.append("  no such directory")
+            lines.append(f"  {e.get('not_a_directory') or 'no such directory'}")
             continue
         answers = "yes" if e["answers"] else f"no ({e['error']})" if e["error"] else "no"
         lines.append(f"  control socket: {'yes' if e['control_socket'] else 'no'}"

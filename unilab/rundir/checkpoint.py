@@ -7,6 +7,7 @@ as os.system that a crafted pickle would call) is refused before anything in it 
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from dataclasses import dataclass, field
@@ -16,10 +17,19 @@ from typing import Any
 from .layout import CHECKPOINT_DIR, CHECKPOINT_GLOB, LATEST_CHECKPOINT, checkpoint_name
 
 
+class CheckpointNotWritten(OSError):
+    """A checkpoint that could not be written for want of room (a full disk or quota): says where."""
+
+    def __init__(self, errno_: int, message: str):
+        super().__init__(message)  # one argument: str() is the message alone, without "[Errno N]"
+        self.errno = errno_
+
+
 def save_checkpoint(run_dir: str | Path, iteration: int, env_steps: int, learner_state: dict,
                     meta: dict | None = None) -> Path:
     """meta: what the checkpoint was trained with ({"config": the structural keys, "dims": the sizes}),
-    for the checks of a resume."""
+    for the checks of a resume. A save that fails leaves no partial file and the previous checkpoints as
+    they were; for want of room it raises CheckpointNotWritten naming the file system."""
     import torch
 
     folder = Path(run_dir) / CHECKPOINT_DIR
@@ -28,12 +38,50 @@ def save_checkpoint(run_dir: str | Path, iteration: int, env_steps: int, learner
     # Saved under a temporary name and renamed, and latest.pt re-pointed by renaming a new link over
     # it: a run killed mid-save still resumes from a whole checkpoint.
     tmp = path.with_suffix(".tmp")
-    torch.save({"iteration": iteration, "env_steps": env_steps, "learner": learner_state, **(meta or {})}, tmp)
-    os.replace(tmp, path)
+    try:
+        # Into a file object, not a path: a failed write then raises its OSError (ENOSPC), where torch's own
+        # writer would only say "inline_container.cc ... unexpected pos".
+        with open(tmp, "wb") as f:
+            torch.save({"iteration": iteration, "env_steps": env_steps, "learner": learner_state, **(meta or {})}, f)
+            f.flush()
+            os.fsync(f.fileno())  # a full disk may only say so here; and no empty file after a crash
+        os.replace(tmp, path)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)  # the partial file would hold the room run_summary.json needs
+        _raise_if_no_room(exc, folder, f"checkpoint {path.stem} not written")
+        raise
     latest_tmp = folder / (LATEST_CHECKPOINT + ".tmp")
-    latest_tmp.unlink(missing_ok=True)
-    os.symlink(path.name, latest_tmp)
-    os.replace(latest_tmp, folder / LATEST_CHECKPOINT)
+    try:
+        latest_tmp.unlink(missing_ok=True)
+        os.symlink(path.name, latest_tmp)
+        os.replace(latest_tmp, folder / LATEST_CHECKPOINT)
+    except OSError as exc:
+        latest_tmp.unlink(missing_ok=True)
+        _raise_if_no_room(exc, folder, f"checkpoint {path.stem} written, but {LATEST_CHECKPOINT} still names the "
+                                       "one before it")
+        raise
+    return path
+
+
+_NO_ROOM = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded"}
+
+
+def _raise_if_no_room(exc: BaseException, folder: Path, what: str) -> None:
+    """A failed save for want of room (the OSError itself, or what torch raised with it as its context):
+    CheckpointNotWritten naming the file system that is full."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in _NO_ROOM:
+            raise CheckpointNotWritten(exc.errno, f"{_NO_ROOM[exc.errno]} on {mount_point(folder)}: {what}") from exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def mount_point(path: Path) -> Path:
+    """The mount point of the file system that holds `path` (an existing path)."""
+    path = path.resolve()
+    while not os.path.ismount(path) and path != path.parent:
+        path = path.parent
     return path
 
 

@@ -17,6 +17,7 @@ def new_run_dir(log_dir: str, run_name: str | None, algo: str, task: str, suffix
     # mkdir without exist_ok claims the name: two runs started in the same second get _1, _2, ...
     for suffix in ("", *(f"_{i}" for i in range(1, 1000))):
         candidate = base / f"{name}{suffix}"
+        missing = [p for p in (candidate, *candidate.parents) if not p.exists()]
         try:
             candidate.mkdir(parents=True, exist_ok=False)
             return candidate
@@ -24,9 +25,19 @@ def new_run_dir(log_dir: str, run_name: str | None, algo: str, task: str, suffix
             if not base.is_dir():  # log_dir, or a folder above it, is a file
                 raise NotADirectoryError(f"{base} (or a folder above it) is not a directory") from None
             continue
-        except OSError as exc:  # read-only, no permission, a file in the path
+        except OSError as exc:  # read-only, no permission, a file in the path, a name too long
+            _remove_empty(missing)  # a refused run leaves nothing behind, not the folders made on the way
             raise type(exc)(exc.errno, f"cannot create {candidate}: {exc.strerror or exc}") from None
     raise FileExistsError(f"{base / name}: too many runs with this name")
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove those of `folders` (deepest first) that exist and are empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
 
 
 def archive_segment(run_dir: Path) -> None:

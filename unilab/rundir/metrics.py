@@ -180,6 +180,11 @@ class MetricsError(ValueError):
 
 def _parse(path: Path, *, torn_tail_ok: bool) -> list[tuple[str, dict]]:
     """(line, row) for every row of the file, in file order; blank lines are skipped."""
+    return _parse_with_tail(path, torn_tail_ok=torn_tail_ok)[0]
+
+
+def _parse_with_tail(path: Path, *, torn_tail_ok: bool) -> tuple[list[tuple[str, dict]], bool]:
+    """_parse's rows, and whether a torn last line was left out."""
     lines = path.read_text().splitlines()
     out = []
     for n, line in enumerate(lines, 1):
@@ -190,10 +195,29 @@ def _parse(path: Path, *, torn_tail_ok: bool) -> list[tuple[str, dict]]:
             int(row["iteration"])  # every row has one: it orders the rows and places a resume
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
             if torn_tail_ok and n == len(lines):  # a run killed mid-write leaves half a last line
-                break
+                return out, True
             raise MetricsError(f"{path}:{n}: not a metrics row") from None
         out.append((line, row))
-    return out
+    return out, False
+
+
+def rows_lost_before(run_dir: str | Path, iteration: int) -> str | None:
+    """What a resume from a checkpoint at `iteration` finds missing of the rows it keeps (those before it):
+    "rows of iterations A-B lost (why)", or None when the rows run up to it. A resume truncates the rows from
+    `iteration` on and redoes them, so a gap here stays a gap. MetricsError: a line other than the last that
+    is not a row."""
+    path = Path(run_dir) / METRICS_FILE
+    if path.exists():
+        parsed, torn = _parse_with_tail(path, torn_tail_ok=True)
+        kept = [int(row["iteration"]) for _, row in parsed if int(row["iteration"]) < iteration]
+        why = "torn last line" if torn else "not written before the run ended"
+    else:
+        kept, why = [], "the file is missing"
+    first = max(kept) + 1 if kept else 0
+    if first >= iteration:
+        return None
+    which = f"row of iteration {first}" if first == iteration - 1 else f"rows of iterations {first}-{iteration - 1}"
+    return f"{which} lost ({why})"
 
 
 def read_metrics(run_dir: str | Path, *, latest_per_iteration: bool = False, torn_tail_ok: bool = False) -> list[dict]:

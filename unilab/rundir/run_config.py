@@ -23,7 +23,11 @@ def load_run_config(run: str | os.PathLike) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such run_config.json")
     try:
-        return upgrade_config(json.loads(path.read_text()))
+        text = path.read_text()
+    except UnicodeDecodeError:  # a checkpoint or another binary file given for a run
+        raise ValueError(f"{path}: not a run_config.json (a binary file, not JSON text)") from None
+    try:
+        return upgrade_config(json.loads(text))
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not valid JSON ({exc})") from exc
 

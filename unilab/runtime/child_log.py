@@ -10,6 +10,7 @@ start with CONSOLE_PREFIX (the package's own messages) to the console the child 
 
 from __future__ import annotations
 
+import errno
 import faulthandler
 import io
 import os
@@ -27,6 +28,60 @@ def stderr_log_name(name: str) -> str:
     role, _, rank = name.partition("[")
     rank = rank.rstrip("]")
     return f"{LOG_DIR}/{role}{'' if rank in ('', '0') else f'_rank{rank}'}.stderr"
+
+
+class HangUpSafe(io.TextIOBase):
+    """A console stream whose failed write (a terminal hung up: EIO; a pipe whose reader is gone: EPIPE) points
+    its descriptor at /dev/null and drops the text: an ssh connection that closes mid-run would otherwise turn the
+    next console line of a stopping process into a traceback, before its checkpoint or summary is written.
+    Later writes (native code's, the interpreter's at exit) then go nowhere instead of failing too."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            self.stream.write(text)
+        except OSError as exc:
+            self._gone(exc)
+        return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except OSError as exc:
+            self._gone(exc)
+
+    def _gone(self, exc: OSError) -> None:
+        if exc.errno not in (errno.EIO, errno.EPIPE, errno.ENXIO):
+            raise exc
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, self.stream.fileno())
+        finally:
+            os.close(null)
+        try:  # what the stream still buffers goes there too
+            self.stream.flush()
+        except OSError:
+            pass
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self):
+        return getattr(self.stream, "encoding", None)
+
+    def __getattr__(self, name: str):  # the rest of a text stream's interface (`buffer`, ...): the stream's
+        if name == "stream":  # not set yet (a copy being made)
+            raise AttributeError(name)
+        return getattr(self.stream, name)
 
 
 class _ConsoleLines(io.TextIOBase):
@@ -57,7 +112,7 @@ def log_stderr(run_dir: str, name: str) -> Path:
     path = Path(run_dir) / stderr_log_name(name)
     path.parent.mkdir(parents=True, exist_ok=True)
     sys.stderr.flush()
-    console = os.fdopen(os.dup(2), "w", buffering=1)
+    console = HangUpSafe(os.fdopen(os.dup(2), "w", buffering=1))
     log = open(path, "a", buffering=1)
     os.dup2(log.fileno(), 2)
     sys.stderr = _ConsoleLines(log, console)

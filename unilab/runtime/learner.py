@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 import traceback
 from collections import deque
@@ -24,7 +25,7 @@ from unilab.mps.gemm_check import check_under_thread_share, weight_products
 from unilab.rundir.layout import POLICY_ONNX_FILE
 
 from .child_log import leave, log_stderr
-from .messages import Mailbox, ParentGone, StopRequested, become_child, wait_event, why_stopped
+from .messages import Mailbox, ParentGone, StopRequested, become_child, stop_requested, wait_event, why_stopped
 from .protocol import (LEARNER_INBOX, LOSSES, ROLLING_EPISODES, Act, Buffers, ChunkReady, Failed, Finished,
                        IterationStats, LearnerEvents, Obs, Phase, Progress, SlotFree, Stop, WorldFailed, last_line)
 from .spec import RoleSpec, report_ready
@@ -58,9 +59,16 @@ def learner_main(spec: RoleSpec, inbox, to_collector, to_launcher, stop_event, g
         # interrupted or a fault elsewhere: keep what was learned
         to_launcher.put(Finished(name, loop.save_on_stop() if loop else {}))
     except BaseException as exc:
-        _report_world_failure(exc, watch, name, to_launcher)
-        to_launcher.put(Failed(name, traceback.format_exc()))
-        code = 1
+        peer_ended = _report_world_failure(exc, watch, name, to_launcher, stop_event)
+        if peer_ended and loop is not None and loop.saves_after_a_failed_collective():
+            # a collective raised because another rank is gone or stopping: this rank stops as the others do
+            # and keeps what was learned; the collective's own error goes to this learner's log
+            print(f"{name}: a collective failed as another rank ended; stopping:\n{traceback.format_exc()}",
+                  file=sys.stderr)
+            to_launcher.put(Finished(name, loop.save_on_stop()))
+        else:
+            to_launcher.put(Failed(name, traceback.format_exc()))
+            code = 1
     finally:
         from .shared import await_peer_release, leave_peer  # torch: imported in the child only
 
@@ -88,23 +96,27 @@ def start_learner_process(spec: RoleSpec, to_launcher):
     return device
 
 
-def _report_world_failure(exc: BaseException, watch, name: str, to_launcher) -> None:
+def _report_world_failure(exc: BaseException, watch, name: str, to_launcher, stop_event=None) -> bool:
     """Before the traceback: what the launcher names as the cause when the data-parallel run is the
     failure: a rendezvous that did not form, or another rank gone (a collective that raised, named by the
-    rank watch). Then this rank's mark for the others."""
-    from .rank_watch import ERROR_CHARS, RendezvousError
+    rank watch). Then this rank's mark for the others. Returns whether `exc` is a collective that raised
+    because another rank ended: the watch named it, or this rank is asked to stop as well."""
+    from .rank_watch import ERROR_CHARS, RendezvousError, raised_in_torch_distributed
 
     if isinstance(exc, RendezvousError):
         to_launcher.put(WorldFailed(name, str(exc)))
     if watch is None:
-        return
-    verdict = watch.blame_for(exc)  # when found, the watch has sent it (WorldFailed) already
+        return False
+    # when found, the watch has sent the verdict (WorldFailed) already
+    verdict = watch.blame_for(exc, stopping=lambda: stop_requested(stop_event))
+    peer_ended = raised_in_torch_distributed(exc) and (verdict is not None or stop_requested(stop_event))
     if verdict is not None:
         watch.leave("stopped", f"after {verdict.cause}")
-    elif isinstance(exc, ParentGone):
+    elif isinstance(exc, ParentGone) or peer_ended:
         watch.leave("stopped", why_stopped())
     else:
         watch.leave("failed", f"the {name} raised {type(exc).__name__}: {last_line(str(exc), ERROR_CHARS)}")
+    return peer_ended
 
 
 def refill_target(capacity: int, fraction: float, collectable: int) -> int:
@@ -509,9 +521,19 @@ class LearnerLoop:
     def save_on_stop(self) -> dict:
         """Stopped early: the collector is released first (it may be stopping already, and must not exit while
         an update still reads its slots), then the pending metric rows (a resume continues after the checkpoint's
-        iteration, so rows left unwritten would be a gap), then the checkpoint. A failure of either is reported."""
-        self.leave_collector()
+        iteration, so rows left unwritten would be a gap), then the checkpoint. A failure of either is reported.
+        GPU work that does not end (an update whose collective waits for a rank that is gone) leaves no
+        checkpoint, said so, rather than a wait for ever: the weights cannot be read."""
         out = self.summary("interrupted")
+        wait_s = min(self.spec.stall_timeout_s, 10.0)
+        if not self._gpu_work_ends(wait_s):
+            why = ("an update waits in a collective for a rank that is gone" if self.spec.world_size > 1
+                   else "the GPU is stuck")
+            out["stop_errors"] = [f"no stop-time checkpoint (iteration {self.iteration}): this learner's GPU work "
+                                  f"did not end within {wait_s:g} s ({why}), so its weights cannot be read; a resume "
+                                  "starts from the last periodic checkpoint"]
+            return out
+        self.leave_collector()
         try:
             while self.pending:
                 self._log_oldest(min(self.spec.training.stall_timeout_s, 10.0))
@@ -527,6 +549,32 @@ class LearnerLoop:
                 "a resume starts from the last periodic checkpoint")
         out["final_metrics"] = self.last_row
         return out
+
+    def saves_after_a_failed_collective(self) -> bool:
+        """Whether this learner may save after a collective raised because another rank is gone. On the CPU
+        (gloo) a collective is synchronous and raises before the optimizer step that would take its sum, so
+        the weights are whole: those of the steps that completed (of the update in progress, the ones whose
+        all-reduce did). On a GPU an NCCL error reaches the host only after queued kernels may have used a
+        partial sum: nothing is saved then."""
+        return self.device.type == "cpu"
+
+    def _gpu_work_ends(self, timeout_s: float) -> bool:
+        """Whether every stream of this learner passes what it has queued within `timeout_s` (polled: a
+        device synchronisation would wait for ever on a collective whose peer is gone). True on the CPU."""
+        if self.device.type != "cuda":
+            return True
+        torch = self.torch
+        markers = []
+        for stream in (self.upd_stream, self.inf_stream, torch.cuda.current_stream(self.device)):
+            marker = torch.cuda.Event()
+            marker.record(stream)
+            markers.append(marker)
+        deadline = time.monotonic() + timeout_s
+        while not all(m.query() for m in markers):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.001)
+        return True
 
     def summary(self, status: str) -> dict:
         out = {"status": status, "iterations": self.iteration, "env_steps": self.env_steps,

@@ -153,9 +153,14 @@ def _names(kinds) -> str:
     return ", ".join(k.__name__ for k in kinds)
 
 
+def stop_requested(stop_event=None) -> bool:
+    """Whether this process is asked to stop (the stop event, SIGTERM)."""
+    return _terminate_requested or (stop_event is not None and stop_event.is_set())
+
+
 def check_stop(role: str, stop_event=None, parent_pid: int | None = None) -> None:
     """Raise StopRequested when asked to stop (stop event, SIGTERM), ParentGone when the launcher is gone."""
-    if _terminate_requested or (stop_event is not None and stop_event.is_set()):
+    if stop_requested(stop_event):
         raise StopRequested()
     parent = parent_pid if parent_pid is not None else _parent_pid
     if parent is not None and os.getppid() != parent:
@@ -185,7 +190,7 @@ def wait_event(event, *, role: str, phase: str, timeout_s: float, stop_event=Non
 
 def become_child(role: str, *, stop_on_sigterm: bool = True) -> None:
     """Process-level setup of a child of the launcher (learner, collector, play): exit with the launcher,
-    leave Ctrl-C to it. SIGTERM asks a learner or collector to stop (it saves); with
+    leave Ctrl-C and a closed terminal's SIGHUP (both reach the whole process group) to it. SIGTERM asks a learner or collector to stop (it saves); with
     `stop_on_sigterm=False` (play: nothing to save) it ends the process at once."""
     global _parent_pid
     import multiprocessing
@@ -193,6 +198,7 @@ def become_child(role: str, *, stop_on_sigterm: bool = True) -> None:
     launcher = multiprocessing.parent_process()
     _parent_pid = launcher.pid if launcher is not None else os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher handles SIGINT and tells us to stop
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # likewise; by default SIGHUP would kill us unsaved
     signal.signal(signal.SIGTERM, _on_sigterm if stop_on_sigterm else signal.SIG_DFL)
     exit_with_parent(_parent_pid)  # not on Linux, the waits and the watchdog still notice a vanished launcher
     threading.Thread(target=_watch_parent, args=(_parent_pid,), name=f"{role}-parent-watch", daemon=True).start()

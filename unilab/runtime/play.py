@@ -218,14 +218,17 @@ def main(args) -> int:
             print(f"unilab play: {flag} {value}: expected a positive number", file=sys.stderr)
             return EXIT_USAGE
     try:
+        _check_run_argument(args.run)
         watch = _watcher(args) if video is not None or viewer else None
         from unilab.rundir.run_config import load_run_config
 
         config = RunConfig.recorded(load_run_config(args.run), args.run)
+        agent = getattr(args, "agent", "policy")
+        checkpoint = _policy_checkpoint(args.run, args.checkpoint) if agent == "policy" else args.checkpoint
         out = report_path(args.run, getattr(args, "out", None))
         report = play(args.run, config, args.device or config.training.device,
-                      checkpoint=args.checkpoint, num_envs=args.envs, steps=args.steps, out=out,
-                      agent=getattr(args, "agent", "policy"), watch=watch)
+                      checkpoint=checkpoint, num_envs=args.envs, steps=args.steps, out=out,
+                      agent=agent, watch=watch)
     except (OSError, ValueError) as exc:
         print(f"unilab play: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -243,6 +246,39 @@ def main(args) -> int:
     if video is not None:
         print(f"unilab play: video -> {video}", file=sys.stderr)
     return 0
+
+
+def _check_run_argument(run: str) -> None:
+    """RUN is a run directory (or its run_config.json): a checkpoint or another file given for it is refused
+    as what it is, with the command that plays it."""
+    from unilab.rundir.checkpoint import run_dir_of
+    from unilab.rundir.layout import RUN_CONFIG_FILE, is_run_dir
+
+    path = Path(run)
+    if not path.is_file() or path.name == RUN_CONFIG_FILE:
+        return
+    owner = run_dir_of(path)
+    how = f"unilab play {owner} --checkpoint {run}" if is_run_dir(owner) else "unilab play RUN --checkpoint FILE"
+    raise ValueError(f"{run}: not a run directory; pass the run directory or --checkpoint ({how})")
+
+
+def _policy_checkpoint(run: str, checkpoint: str | None) -> str:
+    """The checkpoint `unilab play` plays: `--checkpoint`, or the run's latest; FileNotFoundError in play's
+    words (its options, not train's) when there is none."""
+    from unilab.rundir.checkpoint import find_checkpoint
+    from unilab.rundir.layout import CHECKPOINT_DIR
+
+    if checkpoint is not None:
+        if not Path(checkpoint).exists():
+            raise FileNotFoundError(f"--checkpoint {checkpoint}: no such file")
+        return checkpoint
+    run_dir = Path(run) if Path(run).is_dir() else Path(run).parent  # RUN or RUN/run_config.json
+    try:
+        return str(find_checkpoint(str(run_dir)))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{run_dir}: no checkpoint in {run_dir / CHECKPOINT_DIR} yet (it is written every "
+                                "algo.save_interval iterations and when the run stops); play one with --checkpoint "
+                                "FILE, or try --agent zero or random, which need none") from None
 
 
 def _watcher(args):

@@ -165,15 +165,20 @@ class RankWatch:
         except RuntimeError:  # the store is gone: the others find this rank silent instead
             pass
 
-    def blame_for(self, exc: BaseException) -> WorldFailed | None:
+    def blame_for(self, exc: BaseException, stopping: Callable[[], bool] | None = None) -> WorldFailed | None:
         """A collective that raised (a peer gone under gloo): wait for the watch to name the rank, at most
-        VERDICT_WAIT_S. Other exceptions are this rank's own: None at once."""
-        if not _raised_in_torch_distributed(exc):
+        VERDICT_WAIT_S, or until `stopping()` (this rank is asked to stop too: its launcher knows why). Other
+        exceptions are this rank's own: None at once."""
+        if not raised_in_torch_distributed(exc):
             return self.verdict
-        self._found.wait(VERDICT_WAIT_S)
+        deadline = time.monotonic() + VERDICT_WAIT_S
+        while not self._found.wait(min(BEAT_S, max(0.0, deadline - time.monotonic()))):
+            if (stopping is not None and stopping()) or time.monotonic() >= deadline:
+                break
         return self.verdict
 
 
-def _raised_in_torch_distributed(exc: BaseException) -> bool:
+def raised_in_torch_distributed(exc: BaseException) -> bool:
+    """Whether `exc` came out of torch.distributed (a collective, the store)."""
     frames = traceback.extract_tb(exc.__traceback__)
     return any(f"torch{os.sep}distributed{os.sep}" in frame.filename for frame in frames)
