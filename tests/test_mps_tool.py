@@ -482,6 +482,21 @@ def test_doctor_prints_the_same_diagnostic_as_train(tmp_path, monkeypatch, capsy
     assert not log_dir.exists()
 
 
+@pytest.mark.parametrize("args", [(), ("--algo", "fastsac")])
+def test_doctor_without_an_execution_mode_diagnoses_mps(tmp_path, monkeypatch, capsys, mps_env, no_launch, args):
+    """`unilab mps doctor` alone probes the MPS mode (not the default mode's training device)."""
+    import unilab.mps.host as host_mod
+
+    monkeypatch.setattr(host_mod, "SystemNvml", lambda: FakeNvml())
+    for key, value in mps_env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert run("doctor", *args) == 0
+    assert json.loads(capsys.readouterr().out)["configured"] == "mps"
+    assert run("doctor", "+execution=default") == 0  # a mode chosen is kept
+    assert json.loads(capsys.readouterr().out)["configured"] is None
+
+
 def test_doctor_prints_the_evidence_when_the_probe_passes(tmp_path, monkeypatch, capsys, mps_env, no_launch):
     import unilab.mps.host as host_mod
 

@@ -591,6 +591,23 @@ def test_the_manifest_records_the_source_and_the_versions(tmp_path):
     assert manifest["schema_version"] == 3
 
 
+def test_a_config_is_shown_on_a_host_without_a_gpu(tmp_path, monkeypatch, capsys):
+    """`train --cfg job` needs no GPU: it prints the config and notes that a run would refuse training.device=cuda:0
+    here; the run itself still exits 2 before anything exists, and +execution=mps still fails in its probe."""
+    import unilab.mps.host as host_mod
+    from fakes import FakeNvml
+
+    monkeypatch.setattr(host_mod, "SystemNvml", lambda: FakeNvml(available=False))
+    log_dir = tmp_path / "runs"
+    assert run_train("--cfg", "job", f"training.log_dir={log_dir}") == 0
+    out, err = capsys.readouterr()
+    assert "device: cuda:0" in out and "a run would refuse this config: training.device=cuda:0" in err
+    assert run_train(f"training.log_dir={log_dir}") == 2
+    assert "no NVIDIA GPU can be used here" in capsys.readouterr().err and not log_dir.exists()
+    assert run_train("--cfg", "job", "+execution=mps", f"training.log_dir={log_dir}") == 2
+    assert "cannot be honoured" in capsys.readouterr().err
+
+
 def test_no_git_and_no_driver_record_none_and_the_run_goes_ahead(tmp_path, spies, monkeypatch):
     import unilab.mps.nvml as nvml
 

@@ -1,4 +1,5 @@
-"""`unilab mps doctor [train overrides...]`: the probe `train` runs, without a run directory or a process."""
+"""`unilab mps doctor [train overrides...]`: the probe `train` runs, without a run directory or a process. It
+diagnoses the MPS mode: `+execution=mps` is implied unless the overrides choose an execution mode."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from unilab.exit_codes import EXIT_USAGE
 def doctor_main(argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print("usage: unilab mps doctor [train overrides ...]\n\n"
-              "Runs the execution probe of `train` for the composed config (e.g. +execution=mps) without\n"
-              "creating anything: prints the evidence JSON (exit 0) or train's diagnostic (exit 2).")
+              "Runs the execution probe of `train` for the composed config (+execution=mps unless the overrides\n"
+              "choose another mode) without creating anything: prints the evidence JSON (exit 0) or train's\n"
+              "diagnostic (exit 2).")
         return 0
     return doctor(argv)
 
@@ -44,6 +46,8 @@ def doctor(argv: list[str]) -> int:
         print(f"unilab mps doctor: takes train overrides only (key=value, +execution=mps, --algo X ...), not {flags}",
               file=sys.stderr)
         return EXIT_USAGE
+    if not any(arg.lstrip("+~").partition("=")[0] == "execution" for arg in overrides):
+        overrides = [*overrides, "+execution=mps"]  # the doctor of the MPS mode
     try:
         evidence = validate(compose_train(overrides)).evidence
     except Exception as exc:

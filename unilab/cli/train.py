@@ -22,7 +22,6 @@ import tempfile
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -76,8 +75,10 @@ def _task(cfg: DictConfig) -> int | None:
 def _run_or_show(cfg: DictConfig) -> int:
     from unilab.config import validate
 
-    request = validate(cfg)  # every check, before anything exists
+    request = validate(cfg, gpu_required=_PASS.show is None)  # every check, before anything exists
     if _PASS.show is not None:
+        for note in request.notes:
+            print(f"unilab: note: {note}", file=sys.stderr)
         if _PASS.show.cfg_type == "job":
             _print_job(cfg, request, _PASS.show)
         return 0

@@ -40,6 +40,11 @@ class ConfigError(ValueError):
     """A config that composes but cannot be run as given; the message says what to change."""
 
 
+class NoGpuError(ConfigError):
+    """training.device names a CUDA device on a host where no NVIDIA GPU can be used: a run refuses it; a look at
+    the config (`train --cfg job`) only notes it."""
+
+
 class RequestError(InterpolationResolutionError):
     """What resolving a config's `execution_evidence` raises when the request cannot run: `error` is the
     ConfigError or CudaProcessSharingError that `train` prints. An InterpolationResolutionError marked
@@ -73,6 +78,7 @@ class ValidatedRequest:
     # torchrun or srun: the one rank this process launches (its device is rank_devices[0]); None: `train` starts
     # every rank itself (training.devices)
     world: DistributedContext | None = None
+    notes: tuple[str, ...] = ()  # what a shown (not run) config would be refused for: `train --cfg` prints them
 
     @property
     def evidence(self) -> CudaProcessSharingEvidence:
@@ -80,11 +86,12 @@ class ValidatedRequest:
         return self.rank_evidence[0]
 
 
-def validate(cfg: DictConfig) -> ValidatedRequest:
+def validate(cfg: DictConfig, *, gpu_required: bool = True) -> ValidatedRequest:
     """All checks, in this order: the keys at the top level, the training values (the probe's timeout is
     one), the cluster launcher's rank (torchrun, srun), the execution probe, every group's values, the MPS
     knobs, the rank devices, a visible GPU, the probe of every further rank. Raises ConfigError or
-    CudaProcessSharingError."""
+    CudaProcessSharingError. `gpu_required=False` (a config shown, not run): a CUDA device on a host without a
+    GPU is a note of the request instead of an error; `+execution=mps` still fails in its probe."""
     _check_top_level(cfg)
     config = {"training": _resolved(cfg, "training")}
     check_host(check_config(config, groups=("training",))["training"])
@@ -97,11 +104,17 @@ def validate(cfg: DictConfig) -> ValidatedRequest:
     config.update({key: _resolved(cfg, key) for key in ("algo", "task")})
     typed = check_config(config)
     mps_env = role_mps_env(training)
-    check_gpus_visible(devices)
+    notes = []
+    try:
+        check_gpus_visible(devices)
+    except NoGpuError as exc:
+        if gpu_required:
+            raise
+        notes.append(f"a run would refuse this config: {exc}")
     run_config = RunConfig(**typed, values={key: config[key] for key in GROUP_KEYS})
     return ValidatedRequest(config=run_config, rank_devices=devices,
                             rank_evidence=_rank_evidence(evidence, devices, timeout_s), role_mps_env=mps_env,
-                            world=world)
+                            world=world, notes=tuple(notes))
 
 
 def _check_top_level(cfg: DictConfig) -> None:
@@ -245,12 +258,12 @@ def check_gpus_visible(devices: list[str]) -> None:
     try:
         count = len(HostFacts().nvml.gpus())
     except NvmlUnavailable as exc:
-        raise ConfigError(
+        raise NoGpuError(
             f"training.device={devices[0]} but no NVIDIA GPU can be used here ({exc}); "
             "train on the CPU with training.device=cpu (e.g. train +preset=cpu_smoke)"
         ) from exc
     if count == 0:
-        raise ConfigError(f"training.device={devices[0]} but NVML sees no GPU; use training.device=cpu")
+        raise NoGpuError(f"training.device={devices[0]} but NVML sees no GPU; use training.device=cpu")
 
 
 def _rank_evidence(evidence: CudaProcessSharingEvidence, devices: list[str],
