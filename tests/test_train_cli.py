@@ -113,7 +113,7 @@ def test_mps_valid_writes_evidence(tmp_path, spies, fake_host, daemon):
         ("training.cuda_process_sharing=' mps '", "expected one of [mps]"),
         ("training.no_such_key=1", "no_such_key"),
         ("training.seed=abc", "training.seed"),
-        ("+execution=mpss", "execution/mpss"),
+        ("+execution=mpss", "execution=mpss: no such execution; did you mean mps?"),
         ("execution_evidence=forged", "execution_evidence"),
     ],
 )
@@ -589,6 +589,27 @@ def test_the_manifest_records_the_source_and_the_versions(tmp_path):
     assert versions["cuda"] == torch.version.cuda
     assert versions["nvidia_driver"] is None or versions["nvidia_driver"][0].isdigit()
     assert manifest["schema_version"] == 3
+
+
+@pytest.mark.parametrize("args, said", [
+    (("--task", "g1_walk"), "task=g1_walk: no such task; did you mean g1_walk_flat? choose one of: g1_motion_tracking, "
+                            "g1_walk_flat"),
+    (("--algo", "fastsak"), "algo=fastsak: no such algo; did you mean fastsac"),
+    (("task.num_env=8",), "task.num_env: no such key in task; did you mean num_envs"),
+    (("training.seeed=3",), "training.seeed: no such key in training; did you mean seed?"),
+    (("Mjlab-Velocity-Flat-Unitree-G1",), "Mjlab-Velocity-Flat-Unitree-G1: not a key=value override. Tasks are chosen "
+                                          "with --task NAME (available: g1_motion_tracking, g1_walk_flat)"),
+])
+def test_common_slips_get_a_suggestion_in_unilab_terms(tmp_path, capsys, args, said):
+    """A typo or an mjlab habit gets the nearest choice or key, from the registry and the schema; no Hydra
+    internals (schema nodes, the config search path, the override grammar) reach the user."""
+    log_dir = tmp_path / "runs"
+    assert run_train(*args, "training.device=cpu", f"training.log_dir={log_dir}") == 2
+    err = capsys.readouterr().err
+    assert said in err, err
+    for internal in ("_schema", "search path", "provider=", "EQUAL", "hydra.cc"):
+        assert internal not in err, (internal, err)
+    assert not log_dir.exists()
 
 
 def test_a_config_is_shown_on_a_host_without_a_gpu(tmp_path, monkeypatch, capsys):

@@ -3,6 +3,8 @@ error the user can fix (the same text for `train`, `unilab warmup` and `unilab m
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import re
 from pathlib import Path
 
@@ -14,6 +16,9 @@ from unilab.config import register_configs, register_resolvers
 # append an unknown key (`+key=value`) would only add a key the schemas lack, which `train` refuses.
 _NOISE = re.compile(r"\$VALUE|^\s*(reference_type|object_type)=|^To append to your config use \+")
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
+_MISSING_OPTION = re.compile(r"Could not find '(\w+)/([^']+)'")
+_MISSING_KEY = re.compile(r"Key '([^']+)' not in '\w+'")
+_NOT_AN_OVERRIDE = re.compile(r"Error parsing override '([^'=]+)'\s*\n\s*missing EQUAL")
 
 
 def compose_train(overrides: list[str]) -> DictConfig:
@@ -28,6 +33,39 @@ def compose_train(overrides: list[str]) -> DictConfig:
         GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="train"):
         return compose(config_name="train", overrides=overrides)
+
+
+def _close(word: str, choices) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.5)
+    return f"did you mean {' or '.join(close)}? " if close else ""
+
+
+def _hint(chain: list[BaseException]) -> str | None:
+    """What Hydra reports in its own terms (a group option it cannot find, with the schema nodes among the options
+    and its search path; a key a schema lacks; an argument that is no override), said in the user's: the
+    choices of the group or the keys of the schema, the nearest first."""
+    from unilab.config.catalog import GROUPS, choices
+
+    text = "\n".join(str(e) for e in chain)
+    if found := _MISSING_OPTION.search(text):
+        group, name = found.groups()
+        if group in GROUPS:
+            options = choices(group)
+            return f"{group}={name}: no such {group}; {_close(name, options)}choose one of: {', '.join(options)}"
+    if found := _MISSING_KEY.search(text):
+        key = found.group(1)
+        schema = next((getattr(e, "object_type", None) for e in chain if getattr(e, "object_type", None)), None)
+        full = next((getattr(e, "full_key", None) for e in chain if getattr(e, "full_key", None)), None) or key
+        if schema is not None and dataclasses.is_dataclass(schema):
+            keys = [f.name for f in dataclasses.fields(schema) if not f.name.startswith("_")]
+            return (f"{full}: no such key in {full.rpartition('.')[0] or 'the config'}; {_close(key, keys)}"
+                    "`train --cfg job` lists the keys")
+    if found := _NOT_AN_OVERRIDE.search(text):
+        arg = found.group(1)
+        tasks = ", ".join(choices("task"))
+        return (f"{arg}: not a key=value override. Tasks are chosen with --task NAME (available: {tasks}), "
+                f"algorithms with --algo NAME; `train --help` shows the short form")
+    return None
 
 
 def user_error(exc: BaseException) -> str | None:
@@ -50,6 +88,9 @@ def user_error(exc: BaseException) -> str | None:
         if isinstance(e, (CudaProcessSharingError, ConfigError)):  # our own message already says what to change
             return render(e)
     if any(isinstance(e, (HydraException, OmegaConfBaseException)) for e in chain):
+        hint = _hint(chain)
+        if hint:
+            return "unilab: invalid configuration\n  " + hint
         lines: list[str] = []
         for e in chain:
             for line in str(e).strip().splitlines():
