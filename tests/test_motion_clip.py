@@ -1,5 +1,7 @@
 """Motion clips: keyframed synthesis, the validated loader, the default-clip cache and the synth CLI."""
 
+import pickle
+
 import mujoco
 import numpy as np
 import pytest
@@ -113,12 +115,49 @@ def _fields(clip):
         ("missing_body", "body_names"),
         ("duplicate_body", "body_names"),
         ("not_unit_quat", "body_quat_w"),
+        ("one_frame", "joint_pos"),
+        ("bool_array", "body_lin_vel_w"),
+        ("zero_quat", "body_quat_w"),
+        # Accepted by the loader before it bounded them (a complex fps: a TypeError out of it, a traceback):
+        ("fps_huge", "fps"),
+        ("fps_below_one", "fps"),
+        ("fps_complex", "fps"),
+        ("degrees", "joint_pos"),
+        ("past_float32", "body_pos_w"),
+        ("complex_array", "joint_vel"),
+        ("joint_names_order", "joint_names"),
+        ("joint_names_count", "joint_names"),
     ],
 )
 def test_bad_files_name_file_and_field(clip, tmp_path, case, field):
     f = _fields(clip)
     required = None
-    if case == "missing_key":
+    joint_names = g1.G1_JOINT_NAMES
+    if case == "fps_huge":
+        f["fps"] = np.asarray(1e12)
+    elif case == "fps_below_one":
+        f["fps"] = np.asarray(0.02)  # a frame period written where the rate belongs
+    elif case == "fps_complex":
+        f["fps"] = np.asarray(50 + 1j)
+    elif case == "one_frame":
+        f = {k: (v[:1] if k not in ("fps", "body_names") else v) for k, v in f.items()}
+    elif case == "degrees":
+        f["joint_pos"] = np.degrees(f["joint_pos"])
+    elif case == "past_float32":
+        f["body_pos_w"] = f["body_pos_w"].astype(np.float64)
+        f["body_pos_w"][4, 0, 2] = 1e300  # finite in float64, inf once the loader casts it to float32
+    elif case == "complex_array":
+        f["joint_vel"] = f["joint_vel"] + 1j
+    elif case == "bool_array":
+        f["body_lin_vel_w"] = f["body_lin_vel_w"] > 0
+    elif case == "zero_quat":
+        f["body_quat_w"] = f["body_quat_w"].copy()
+        f["body_quat_w"][2, 1] = 0.0
+    elif case == "joint_names_order":
+        f["joint_names"] = np.asarray(joint_names[::-1])
+    elif case == "joint_names_count":
+        f["joint_names"] = np.asarray(joint_names[:23])
+    elif case == "missing_key":
         del f[field]
     elif case == "wrong_joint_count":
         f["joint_pos"] = f["joint_pos"][:, :23]
@@ -144,9 +183,15 @@ def test_bad_files_name_file_and_field(clip, tmp_path, case, field):
         f["body_quat_w"][9, 2] *= 1.5
     path = _write(tmp_path / f"{case}.npz", **f)
     with pytest.raises(MotionClipError) as e:
-        load_motion_clip(path, body_names=required)
+        load_motion_clip(path, body_names=required, joint_names=joint_names)
     msg = str(e.value)
-    assert str(path) in msg and field in msg
+    assert str(path) in msg and f"field '{field}'" in msg
+    if case.startswith("fps_") and case != "fps_complex":
+        assert "expected frames per second in [1, 1000]" in msg
+    if case == "degrees":
+        assert "expected values within +-6.28319 rad" in msg
+    if case == "joint_names_order":
+        assert f"joint 0 is {joint_names[-1]!r}, expected {joint_names[0]!r}" in msg
     if case == "missing_body":
         assert "no_such_link" in msg
     if case == "duplicate_body":
@@ -158,14 +203,37 @@ def test_bad_files_name_file_and_field(clip, tmp_path, case, field):
 def test_unreadable_and_missing_files(tmp_path):
     junk = tmp_path / "junk.npz"
     junk.write_bytes(b"this is not a zip archive")
-    with pytest.raises(MotionClipError, match="junk.npz.*unreadable"):
+    with pytest.raises(MotionClipError, match="junk.npz: not an npz archive"):
         load_motion_clip(junk)
     npy = tmp_path / "plain.npy"
     np.save(npy, np.zeros(3))
-    with pytest.raises(MotionClipError, match="plain.npy.*not an .npz"):
+    with pytest.raises(MotionClipError, match="plain.npy: not an npz archive"):
         load_motion_clip(npy)
+    truncated = tmp_path / "truncated.npz"
+    truncated.write_bytes(b"PK\x03\x04" + b"\0" * 20)  # a zip's first bytes, then nothing a zip holds
+    with pytest.raises(MotionClipError, match="truncated.npz: unreadable motion clip"):
+        load_motion_clip(truncated)
     with pytest.raises(MotionClipError, match="nope.npz.*not found"):
         load_motion_clip(tmp_path / "nope.npz")
+
+
+def test_pickled_data_is_refused_without_suggesting_allow_pickle(clip, tmp_path):
+    """A pickle, or an npz with an object array in it: refused as what it is, never loaded, and the message does
+    not point at numpy's allow_pickle (which would run whatever code the file holds)."""
+    pickled = tmp_path / "clip.npz"
+    with open(pickled, "wb") as f:
+        pickle.dump(_fields(clip), f)
+    objects = _write(tmp_path / "objects.npz", **{**_fields(clip), "fps": np.asarray([50.0, "x"], dtype=object)})
+    for path, needle in ((pickled, "clip.npz: not an npz archive"),
+                         (objects, "objects.npz: field 'fps': holds Python objects")):
+        with pytest.raises(MotionClipError) as e:
+            load_motion_clip(path)
+        assert needle in str(e.value) and "allow_pickle" not in str(e.value) and "pickle.load" not in str(e.value)
+
+
+def test_joint_names_in_the_g1_order_are_accepted(clip, tmp_path):
+    path = _write(tmp_path / "named.npz", **_fields(clip), joint_names=np.asarray(g1.G1_JOINT_NAMES))
+    assert load_motion_clip(path, joint_names=g1.G1_JOINT_NAMES).num_joints == len(g1.G1_JOINT_NAMES)
 
 
 # ------------------------------------------------------- default clip and CLI
@@ -220,3 +288,4 @@ def test_save_leaves_no_temporary_file_when_the_rename_fails(clip, tmp_path):
     with pytest.raises(OSError):
         save_motion_clip(clip, target)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+

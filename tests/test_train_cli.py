@@ -255,7 +255,7 @@ def test_out_of_range_values_fail_at_compose(tmp_path, spies, capsys, override, 
 
 @pytest.mark.parametrize("content, needle", [
     (None, "file not found"),
-    (b"not a zip archive", "unreadable motion clip"),
+    (b"not a zip archive", "not an npz archive"),
     ({"fps": 50.0}, "field 'body_names': missing"),
 ])
 def test_bad_motion_file_fails_at_compose(tmp_path, spies, capsys, content, needle):

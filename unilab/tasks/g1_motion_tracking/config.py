@@ -221,15 +221,16 @@ def non_negative(key: str, value: float) -> None:
 
 
 def check_motion_file(path: str):
-    """Load the clip(s) as the env will (every field, the bodies the task tracks): a missing or invalid file
-    fails when the config is composed, not in the collector. Returns the MotionLibrary it loaded."""
-    from unilab.assets.g1 import G1_ANCHOR_BODY, G1_END_EFFECTORS, G1_TRACKING_BODIES
+    """Load the clip(s) as the env will (every field, the bodies the task tracks, the G1's joints): a missing or
+    invalid file fails when the config is composed, not in the collector. Returns the MotionLibrary it loaded."""
+    from unilab.assets.g1 import G1_ANCHOR_BODY, G1_END_EFFECTORS, G1_JOINT_NAMES, G1_TRACKING_BODIES
     from unilab.motion.clip import MotionClipError
     from unilab.motion.library import load_motion_library
 
     try:
         return load_motion_library(path, body_names=list(dict.fromkeys([*G1_TRACKING_BODIES, G1_ANCHOR_BODY,
-                                                                     *G1_END_EFFECTORS])))
+                                                                     *G1_END_EFFECTORS])),
+                                   num_joints=len(G1_JOINT_NAMES), joint_names=G1_JOINT_NAMES)
     except MotionClipError as exc:
         raise ValueError(f"task.motion_file={path!r}: expected a G1 motion clip (.npz) or a directory of them "
                          f"(see unilab/motion/clip.py; `unilab motion synth` writes one): {exc}") from None

@@ -53,7 +53,8 @@ class G1MotionTrackingEnv(TaskEnv):
         self.part_names = {"body_pos": tuple(self.tracking_bodies), "joint_pos": tuple(g1.G1_JOINT_NAMES)}
         # The clips are read before the backend compiles its kernels, so a bad file fails fast.
         path = cfg.motion_file if cfg.motion_file is not None else default_clip_path()
-        self.motion = load_motion_library(path, body_names=self.body_names, num_joints=model.nu)
+        self.motion = load_motion_library(path, body_names=self.body_names, num_joints=model.nu,
+                                          joint_names=g1.G1_JOINT_NAMES)
 
         super().__init__(cfg, sim_cfg, model, device, seed)
         self.reward_weights = dataclasses.asdict(cfg.rewards.weights)
