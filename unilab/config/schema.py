@@ -11,7 +11,7 @@ from typing import Any, List, Optional
 
 from omegaconf import MISSING
 
-from unilab.checks import at_least_one, positive_finite, require
+from unilab.checks import MAX_WAIT_S, at_least_one, integer_in, number_in, require, text
 from unilab.viz.gl import require_gl_for
 
 VALIDATE_RESOLVER = "unilab.validate"
@@ -24,6 +24,12 @@ DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 LOGGERS = ("tensorboard", "wandb")
 WANDB_MODES = ("offline", "online")
 WANDB_EXTRA_HINT = "pip install 'unilab[wandb]'"
+# torch's generators take any int64 seed; each rank adds its offset (unilab.runtime.world.rank_seed) to it.
+MAX_ABS_SEED = 2**62
+MAX_DEVICE_INDEX = 1023
+NAME_MAX = 255  # bytes of one file name (ext4, xfs, btrfs)
+MAX_INGRESS_SLOTS = 256  # chunks in flight between collector and learner: a few keep both busy
+MAX_PLAY_STEPS = 10**7  # control steps of the closing play (more than two days at 50 Hz), iterations per video
 
 
 class CudaProcessSharing(str, Enum):
@@ -119,18 +125,33 @@ class TrainingConfig(ExecutionConfig):
         self._check_loggers()
         require(DEVICE.fullmatch(str(self.device)) is not None, "training.device", self.device,
                 "cpu, cuda or cuda:N")
-        require(0 <= self.resume_refill_fraction <= 1, "training.resume_refill_fraction",
-                self.resume_refill_fraction, "a share of the replay capacity in [0, 1]")
-        at_least_one("training", self, ("env_steps_per_sync", "ingress_slots"))
-        require(self.video_interval is None or self.video_interval >= 1, "training.video_interval",
-                self.video_interval, "null (off) or a number of iterations >= 1")
+        for index in self.devices or ():
+            integer_in("training.devices", index, 0, MAX_DEVICE_INDEX, "GPU indices")
+        integer_in("training.seed", self.seed, -MAX_ABS_SEED, MAX_ABS_SEED)
+        number_in("training.resume_refill_fraction", self.resume_refill_fraction, 0, 1,
+                  "a share of the replay capacity")
+        at_least_one("training", self, ("env_steps_per_sync",))  # its upper bound: the replay's memory (sizes)
+        integer_in("training.ingress_slots", self.ingress_slots, 1, MAX_INGRESS_SLOTS, "chunks in flight")
+        if self.video_interval is not None:
+            integer_in("training.video_interval", self.video_interval, 1, MAX_PLAY_STEPS, "iterations, or null: off")
         require_gl_for("training.video_interval", self.video_interval)  # the clips need OpenGL; training does not
+        if self.play_envs is not None:  # its upper bound: the simulator's sizes (unilab.config.sizes)
+            integer_in("training.play_envs", self.play_envs, 1, 2**31 - 1, "or null: task.num_envs")
+        if self.play_steps is not None:
+            integer_in("training.play_steps", self.play_steps, 1, MAX_PLAY_STEPS, "or null: one episode")
         for key in timeout_keys():  # inf would wait for ever, 0 or less never waits
-            positive_finite(f"training.{key}", getattr(self, key))
-        if self.run_name:
+            number_in(f"training.{key}", getattr(self, key), 0, MAX_WAIT_S, "seconds, at most a week", low_open=True)
+        text("training.log_dir", self.log_dir, what="a directory")
+        if self.resume is not None:
+            text("training.resume", self.resume, what="a run directory or checkpoint, or null")
+        if self.run_name is not None:
+            text("training.run_name", self.run_name, what="a name, or null")
             name = PurePath(self.run_name)
-            require(not name.is_absolute() and ".." not in name.parts, "training.run_name", self.run_name,
-                    "a name relative to training.log_dir, without '..' (the run directory stays inside it)")
+            require(not name.is_absolute() and ".." not in name.parts and name.parts, "training.run_name",
+                    self.run_name, "a name relative to training.log_dir, without '..' (the run directory stays "
+                    "inside it)")
+            require(all(len(part.encode()) <= NAME_MAX for part in name.parts), "training.run_name", self.run_name,
+                    f"directory names of at most {NAME_MAX} bytes (what a file system takes)")
 
     def _check_loggers(self) -> None:
         allowed = "a list of " + ", ".join(LOGGERS) + ", each at most once ([]: metrics.jsonl only)"
@@ -138,6 +159,7 @@ class TrainingConfig(ExecutionConfig):
             require(name in LOGGERS, "training.logger", list(self.logger), allowed)
         require(len(set(self.logger)) == len(self.logger), "training.logger", list(self.logger), allowed)
         require(self.wandb_mode in WANDB_MODES, "training.wandb_mode", self.wandb_mode, " or ".join(WANDB_MODES))
+        text("training.wandb_project", self.wandb_project, what="a W&B project name")
         # Checked before anything exists: the learner would otherwise find it missing after the run started.
         require("wandb" not in self.logger or importlib.util.find_spec("wandb") is not None, "training.logger",
                 list(self.logger), f"loggers whose packages are installed (wandb is not: {WANDB_EXTRA_HINT})")

@@ -81,9 +81,8 @@ class ValidatedRequest:
 
 def validate(cfg: DictConfig) -> ValidatedRequest:
     """All checks, in this order: the keys at the top level, the training values (the probe's timeout is
-    one), the cluster launcher's rank (torchrun, srun), the execution probe, every group's values, the MPS
-    knobs, the rank devices, a visible GPU, the probe of every further rank. Raises ConfigError or
-    CudaProcessSharingError."""
+    one), the cluster launcher's rank (torchrun, srun), the execution probe, every group's values and the checks
+    across groups, the MPS knobs, the rank devices, a visible GPU, the probe of every further rank. Raises ConfigError or CudaProcessSharingError."""
     _check_top_level(cfg)
     config = {"training": _resolved(cfg, "training")}
     check_config(config, groups=("training",))
@@ -94,7 +93,7 @@ def validate(cfg: DictConfig) -> ValidatedRequest:
     devices = [cluster_rank_device(training, world)] if world else rank_devices(training)
     evidence = _probe(training["cuda_process_sharing"], devices[0], config["sim"].get("backend"), timeout_s)
     config.update({key: _resolved(cfg, key) for key in ("algo", "task")})
-    check_config(config)
+    typed = check_config(config)
     mps_env = role_mps_env(training)
     check_gpus_visible(devices)
     return ValidatedRequest(config={key: config[key] for key in GROUP_KEYS}, rank_devices=devices,
@@ -133,25 +132,45 @@ def _probe(requested, device: str, backend, timeout_s: float) -> CudaProcessShar
     return probe.probe_cuda_process_sharing(requested, device, device, backend=backend, timeout_s=timeout_s)
 
 
-def check_config(config: dict, groups: tuple[str, ...] | None = None) -> None:
+def check_config(config: dict, groups: tuple[str, ...] | None = None) -> dict[str, Any]:
     """Every group's own checks on its values (its schema's `__post_init__`: ranges, choices, files), and
-    keys the schemas lack (`+training.typo=1` adds one past Hydra). `groups`: only these (default: all)."""
+    keys the schemas lack (`+training.typo=1` adds one past Hydra). `groups`: only these (default: all); with
+    all of them, the checks across groups too (`check_across_groups`). Returns the typed config of each group."""
     from omegaconf.errors import ConfigKeyError
 
     from unilab.config.schema import TrainingConfig
     from unilab.registry import instantiate
 
+    typed: dict[str, Any] = {}
     for group in groups or GROUP_KEYS:
         try:
             if group == "training":
-                OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainingConfig), config[group]))
+                typed[group] = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainingConfig),
+                                                                   config[group]))
             else:
-                instantiate(group, config[group])
+                typed[group] = instantiate(group, config[group])
         except ConfigKeyError as exc:
             raise ConfigError(f"{group}.{exc.full_key}: no such key in the {group} schema (a typo? "
                               f"`train --cfg job` lists the keys)") from None
         except (ValueError, OmegaConfBaseException) as exc:
             raise ConfigError(_message(exc)) from None
+    if set(typed) == set(GROUP_KEYS):
+        _checked(check_across_groups, typed)
+    return typed
+
+
+def check_across_groups(typed: dict[str, Any]) -> None:
+    """What one group's values mean under another's: the task's lengths (episode, clips) in the simulator's control
+    steps."""
+    typed["task"].check_with_sim(typed["sim"])
+
+
+def _checked(check, *args) -> None:
+    """`check(*args)`, its ValueError a ConfigError."""
+    try:
+        check(*args)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def role_mps_env(training: dict) -> dict[str, dict[str, str]]:
