@@ -256,6 +256,12 @@ def test_cuda_device_without_a_gpu_fails_before_anything_exists(tmp_path, spies,
     ("sim.backend=''", "sim.backend='': expected one of mjwarp"),
     ("training.seed=9223372036854775808", "training.seed=9223372036854775808: expected an integer in"),
     ("training.run_name=.", "training.run_name='.': expected a name relative to training.log_dir"),
+    # Sizes the simulator cannot hold (Warp's 32-bit array sizes; unilab.config.sizes):
+    ("sim.nconmax=100000000", "task.num_envs=4096: expected at most 21 envs (or a lower sim.nconmax=100000000)"),
+    ("sim.njmax=100000000", "sim.njmax=100000000: expected at most 11184800 constraint rows per world"),
+    # A replay that cannot hold what the first update waits for never trains (the run used to start and idle):
+    ("algo.batch_size=2000000", "algo.replay_capacity=1000000: expected at least 2000000, the rows the first update"),
+    ("algo.learning_starts=300", "algo.replay_capacity=1000000: expected at least 1228800"),  # 300 x 4096 envs
 ])
 def test_out_of_range_values_fail_at_compose(tmp_path, spies, capsys, override, needle):
     """Each value is checked beside its field (its schema's __post_init__) and refused before anything exists:

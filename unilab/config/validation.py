@@ -28,6 +28,7 @@ from unilab.mps.errors import CudaProcessSharingError
 from unilab.mps.record import CudaProcessSharingEvidence
 from unilab.runtime.world import DistributedContext, WorldError, from_environment
 
+from . import sizes
 from .schema import EXECUTION_EVIDENCE_INTERPOLATION, TrainConfig
 
 GROUP_KEYS = ("algo", "task", "sim", "training")
@@ -82,7 +83,8 @@ class ValidatedRequest:
 def validate(cfg: DictConfig) -> ValidatedRequest:
     """All checks, in this order: the keys at the top level, the training values (the probe's timeout is
     one), the cluster launcher's rank (torchrun, srun), the execution probe, every group's values and the checks
-    across groups, the MPS knobs, the rank devices, a visible GPU, the probe of every further rank. Raises ConfigError or CudaProcessSharingError."""
+    across groups, the MPS knobs, the rank devices, a visible GPU, the replay on each device, the probe of every
+    further rank. Raises ConfigError or CudaProcessSharingError."""
     _check_top_level(cfg)
     config = {"training": _resolved(cfg, "training")}
     check_config(config, groups=("training",))
@@ -96,6 +98,7 @@ def validate(cfg: DictConfig) -> ValidatedRequest:
     typed = check_config(config)
     mps_env = role_mps_env(training)
     check_gpus_visible(devices)
+    _checked(sizes.check_device_memory, typed, devices)
     return ValidatedRequest(config={key: config[key] for key in GROUP_KEYS}, rank_devices=devices,
                             rank_evidence=_rank_evidence(evidence, devices, timeout_s), role_mps_env=mps_env,
                             world=world)
@@ -161,8 +164,11 @@ def check_config(config: dict, groups: tuple[str, ...] | None = None) -> dict[st
 
 def check_across_groups(typed: dict[str, Any]) -> None:
     """What one group's values mean under another's: the task's lengths (episode, clips) in the simulator's control
-    steps."""
-    typed["task"].check_with_sim(typed["sim"])
+    steps, the envs against the simulator's array sizes, the replay against what the first update waits for."""
+    algo, task, sim, training = (typed[key] for key in GROUP_KEYS)
+    task.check_with_sim(sim)
+    sizes.check_simulator_sizes(task, sim, training)
+    sizes.check_first_update(algo, task, training)
 
 
 def _checked(check, *args) -> None:

@@ -234,6 +234,26 @@ class G1MotionTrackingConfig:
                     f"(sim.timestep x sim.decimation); clip {name!r} lasts {seconds:g} s, from its first frame to its "
                     "last (fields 'joint_pos' frames and 'fps')")
 
+    def build_model(self):
+        """This task's MuJoCo model (compiled from the G1 spec in milliseconds, no Warp): what its env simulates.
+        Its solver cap is task.solver_iterations (the backend's sim.iterations, where set, wins)."""
+        from unilab.assets import g1
+
+        model = g1.build_g1_model(self_collisions=self.self_collisions)
+        model.opt.iterations = self.solver_iterations
+        return model
+
+    def transition_dims(self) -> tuple[int, int, int]:
+        """(obs, critic obs, action) sizes of a transition, as the env's observation terms make them (a test
+        holds them to the env's): the replay's row at compose, before any env exists."""
+        from unilab.assets.g1 import G1_JOINT_NAMES, G1_TRACKING_BODIES
+
+        j = len(G1_JOINT_NAMES)
+        # reference joint pos and vel; anchor position and 6D orientation; root velocities; joint pos, vel and the
+        # last action
+        obs = 2 * j + 3 + 6 + 3 + 3 + 3 * j
+        return obs, obs + (3 + 6) * len(G1_TRACKING_BODIES), j  # critic: + every tracked body's pose (3 + 6D)
+
 
 def check_action_scale(value: Any) -> None:
     if isinstance(value, str):

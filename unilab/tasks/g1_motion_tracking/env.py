@@ -43,8 +43,7 @@ def _unique(names) -> list[str]:
 
 class G1MotionTrackingEnv(TaskEnv):
     def __init__(self, cfg: G1MotionTrackingConfig, sim_cfg, device: str = "cpu", seed: int = 0):
-        model = g1.build_g1_model(self_collisions=cfg.self_collisions)
-        model.opt.iterations = cfg.solver_iterations  # the backend's sim.iterations, where set, wins
+        model = cfg.build_model()  # the model the compose checks sized (unilab.config.sizes)
         # Bodies: the tracked ones first, then anchor / root / end effectors if not among them.
         free = np.flatnonzero(model.jnt_type == mujoco.mjtJoint.mjJNT_FREE)
         root = model.body(model.jnt_bodyid[free[0]]).name

@@ -163,3 +163,18 @@ class G1WalkFlatConfig:
     def check_with_sim(self, sim: Any) -> None:
         """What depends on the simulator's settings: an episode lasts at least one control step."""
         check_control_steps("task.episode_length_s", self.episode_length_s, sim.control_dt)
+
+    def build_model(self):
+        """This task's MuJoCo model (compiled from the G1 spec in milliseconds, no Warp): what its env simulates."""
+        from unilab.assets import g1
+
+        return g1.build_g1_model()
+
+    def transition_dims(self) -> tuple[int, int, int]:
+        """(obs, critic obs, action) sizes of a transition, as the env's observation terms make them (a test
+        holds them to the env's): the replay's row at compose, before any env exists."""
+        from unilab.assets.g1 import G1_JOINT_NAMES
+
+        j = len(G1_JOINT_NAMES)
+        obs = 3 + 3 + 3 * j + 3 + 2  # angular velocity, gravity; joint pos, vel, last action; command; gait phase
+        return obs, obs + 3 + 2 + 2 + 1, j  # critic: + linear velocity, foot contacts and heights, base height
