@@ -3,12 +3,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
+import math
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
@@ -287,3 +294,71 @@ def test_the_transition_sizes_at_compose_are_the_envs(task):
         make_env(cfg, {}, "cpu", 0, on_sized=stop)
     assert sized.value.args[0] == cfg.transition_dims()
 
+
+# ---------------------------------------------------------------- hostile values for every key (property test)
+
+# Override texts as a user could type them: out of range, NaN, inf, huge, negative, empty, wrong type.
+HOSTILE = ["-1", "0", "-0.5", "0.5", "1e308", "-1e308", "nan", "inf", "-inf", "2147483648", "9223372036854775808",
+           "1000000000000000000000000000000", "true", "''", "' '", "abc", "'a\x01b'", "'../x'", "'/abs/x'", "null",
+           "[]", "[nan,1]", "[1e308,1e308]", "[5,1]", "[1,2,3]", "{a: 1}", "'" + "x" * 300 + "'"]
+# Composed configs whose keys are drawn; training.log_dir is the test's own (and nothing may appear in it).
+TASKS = {"g1_walk_flat": ("+preset=cpu_smoke",), "g1_motion_tracking": ("+preset=cpu_smoke", "task=g1_motion_tracking")}
+HUGE = 1e15  # no number this large is a setting anyone means; an accepted one is a hole in a schema
+
+
+def _leaves(node, prefix):
+    for key, value in node.items():
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}"
+
+
+@functools.lru_cache(maxsize=None)
+def _keys(task: str) -> tuple[str, ...]:
+    cfg = composed(*TASKS[task])
+    keys = [k for group in ("algo", "task", "sim", "training")
+            for k in _leaves(OmegaConf.to_container(cfg[group], resolve=True), f"{group}.")]
+    return tuple(k for k in keys if k != "training.log_dir")
+
+
+def _select(printed: dict, key: str):
+    for part in key.split("."):
+        printed = printed[part]
+    return printed
+
+
+def _acceptable(value) -> bool:
+    """What an accepted value may be: finite numbers of sane size, non-empty text (for every item of a list)."""
+    if isinstance(value, list):
+        return all(_acceptable(v) for v in value)
+    if isinstance(value, bool) or value is None:
+        return True
+    if isinstance(value, (int, float)):
+        return math.isfinite(value) and abs(value) < HUGE
+    if isinstance(value, str):
+        return value.strip() != "" and value.isprintable()
+    return isinstance(value, dict)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(data=st.data())
+def test_every_hostile_value_is_refused_at_compose_or_harmless(data):
+    """A hostile value for any key of the composed config of either task: `train --cfg job` (what `train` does before
+    it creates anything) exits 2 with a message and no traceback, or accepts a value that is finite, of sane size and
+    non-empty. Nothing is created under training.log_dir either way."""
+    task = data.draw(st.sampled_from(sorted(TASKS)), label="task")
+    key = data.draw(st.sampled_from(_keys(task)), label="key")
+    value = data.draw(st.sampled_from(HOSTILE), label="value")
+    with tempfile.TemporaryDirectory() as tmp:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = run_train("--cfg", "job", "--resolve", *TASKS[task], f"training.log_dir={tmp}/runs", f"{key}={value}")
+        assert os.listdir(tmp) == []
+    err = err.getvalue()
+    assert code in (0, 2) and "Traceback" not in err, err
+    if code == 2:
+        assert err.startswith(("unilab: invalid configuration", "train: ")) and out.getvalue() == "", err
+    else:
+        accepted = _select(yaml.safe_load(out.getvalue()), key)
+        assert _acceptable(accepted), f"{key}={value} accepted as {accepted!r}"

@@ -1,10 +1,15 @@
 """Motion clips: keyframed synthesis, the validated loader, the default-clip cache and the synth CLI."""
 
+import functools
 import pickle
+import tempfile
+from pathlib import Path
 
 import mujoco
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from unilab.assets import g1
 from unilab.motion import MotionClipError, load_motion_clip, save_motion_clip
@@ -289,3 +294,102 @@ def test_save_leaves_no_temporary_file_when_the_rename_fails(clip, tmp_path):
         save_motion_clip(clip, target)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
 
+
+# ------------------------------------------------ hostile clip fields (property test)
+CLIP_FIELDS = ("fps", "body_names", "joint_pos", "joint_vel", "body_pos_w", "body_quat_w", "body_lin_vel_w",
+               "body_ang_vel_w", "joint_names")
+HOSTILE_SCALARS = (np.nan, np.inf, -np.inf, 0.0, -1.0, 1e-9, 0.5, 1e3, 1e12, 1e300, 2**40, True, "x", 1 + 1j)
+HOSTILE_DTYPES = (str, bool, complex, object, np.int64, np.float16, np.float64)
+SCALES = (0.0, -1.0, 1e-6, 180 / np.pi, 1e3, 1e6)
+
+
+@functools.lru_cache(maxsize=None)
+def _valid_fields():
+    """A valid G1 clip (0.5 s at 50 fps) naming its joints, as its npz holds it."""
+    clip = synthesize(duration=0.5, fps=50.0)
+    return {**clip.to_npz_dict(), "joint_names": np.asarray(g1.G1_JOINT_NAMES)}
+
+
+def _mutated(data, field: str):
+    """`field` of a valid clip made hostile in one drawn way (or removed)."""
+    value = np.asarray(_valid_fields()[field])
+    how = data.draw(st.sampled_from(("remove", "scalar", "element", "dtype", "shape", "frames", "scale")),
+                    label="how")
+    if how == "remove":
+        return None
+    if how == "scalar":
+        return np.asarray(data.draw(st.sampled_from(HOSTILE_SCALARS), label="scalar"))
+    if how == "dtype":
+        dtype = data.draw(st.sampled_from(HOSTILE_DTYPES), label="dtype")
+        try:
+            return value.astype(dtype)
+        except ValueError:  # names as numbers
+            return value.astype(object)
+    if how == "shape":
+        cut = value[..., :-1] if value.ndim else value[None]
+        return data.draw(st.sampled_from((cut, value[None], value.reshape(-1), value.T)), label="shape")
+    if how == "frames":
+        if value.ndim == 0:
+            return value
+        return value[:data.draw(st.sampled_from((0, 1, 2, 3)), label="frames")]
+    if value.dtype.kind in "US":  # names: one of them emptied, repeated or unknown
+        names = value.copy()
+        i = data.draw(st.integers(0, len(names) - 1), label="index")
+        names[i] = data.draw(st.sampled_from(("", names[0], "no_such_link")), label="name")
+        return names
+    if how == "scale":
+        return value * data.draw(st.sampled_from(SCALES), label="factor")
+    hostile = data.draw(st.sampled_from(HOSTILE_SCALARS[:11]), label="element")  # numbers only
+    out = value.astype(np.float64)
+    if out.ndim == 0:
+        return np.asarray(hostile, dtype=np.float64)
+    out.reshape(-1)[data.draw(st.integers(0, out.size - 1), label="index")] = hostile
+    return out
+
+
+def _sound(library) -> bool:
+    """What a clip the loader accepts is: a sane frame rate, two frames or more, finite float32 within the fields'
+    bounds, unit quaternions, at least MIN_CLIP_CONTROL_STEPS control steps long."""
+    from unilab.motion.clip import MAX_ABS, MAX_FPS, MIN_FPS
+    from unilab.tasks.g1_motion_tracking.config import MIN_CLIP_CONTROL_STEPS
+
+    for clip in library.clips:
+        arrays = {f: getattr(clip, f) for f in MAX_ABS} | {"body_quat_w": clip.body_quat_w}
+        ok = MIN_FPS <= clip.fps <= MAX_FPS and clip.num_frames >= 2 and clip.num_joints == len(g1.G1_JOINT_NAMES)
+        ok = ok and clip.duration >= MIN_CLIP_CONTROL_STEPS * 0.02 - 1e-9
+        ok = ok and all(a.dtype == np.float32 and np.isfinite(a).all() for a in arrays.values())
+        ok = ok and all(np.abs(getattr(clip, f)).max() <= limit for f, (limit, _) in MAX_ABS.items())
+        if not (ok and np.allclose(np.linalg.norm(clip.body_quat_w, axis=-1), 1.0, atol=1e-5)):
+            return False
+    return True
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@given(data=st.data())
+def test_every_hostile_clip_field_is_refused_at_compose_or_sound(data):
+    """One field of a valid clip made hostile (NaN, inf, huge, negative, empty, wrong type or shape, removed): what
+    `train` does at compose with task.motion_file (the tracking task's config, then its check against the control
+    step) raises the ValueError that exits 2, naming task.motion_file and the field, or accepts a clip that is sound."""
+    from unilab.motion.library import load_motion_library
+    from unilab.sim.config import MjWarpSimConfig
+    from unilab.tasks.g1_motion_tracking.config import G1MotionTrackingConfig
+
+    field = data.draw(st.sampled_from(CLIP_FIELDS), label="field")
+    fields = dict(_valid_fields())
+    value = _mutated(data, field)
+    if value is None:
+        del fields[field]
+    else:
+        fields[field] = value
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "clip.npz"
+        np.savez(path, **fields)  # an object array is pickled into it: the loader must refuse it unread
+        try:
+            G1MotionTrackingConfig(num_envs=2, motion_file=str(path)).check_with_sim(MjWarpSimConfig())
+        except ValueError as exc:
+            message = str(exc)
+            assert message.startswith(f"task.motion_file={str(path)!r}"), message
+            assert "field '" in message or "control steps" in message, message
+            assert "allow_pickle" not in message, message
+            return
+        assert _sound(load_motion_library(path, joint_names=g1.G1_JOINT_NAMES)), f"{field} accepted: {value!r}"
