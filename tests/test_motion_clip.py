@@ -1,8 +1,15 @@
 """Motion clips: keyframed synthesis, the validated loader, the default-clip cache and the synth CLI."""
 
+import functools
+import pickle
+import tempfile
+from pathlib import Path
+
 import mujoco
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from unilab.assets import g1
 from unilab.motion import MotionClipError, load_motion_clip, save_motion_clip
@@ -113,12 +120,49 @@ def _fields(clip):
         ("missing_body", "body_names"),
         ("duplicate_body", "body_names"),
         ("not_unit_quat", "body_quat_w"),
+        ("one_frame", "joint_pos"),
+        ("bool_array", "body_lin_vel_w"),
+        ("zero_quat", "body_quat_w"),
+        # Accepted by the loader before it bounded them (a complex fps: a TypeError out of it, a traceback):
+        ("fps_huge", "fps"),
+        ("fps_below_one", "fps"),
+        ("fps_complex", "fps"),
+        ("degrees", "joint_pos"),
+        ("past_float32", "body_pos_w"),
+        ("complex_array", "joint_vel"),
+        ("joint_names_order", "joint_names"),
+        ("joint_names_count", "joint_names"),
     ],
 )
 def test_bad_files_name_file_and_field(clip, tmp_path, case, field):
     f = _fields(clip)
     required = None
-    if case == "missing_key":
+    joint_names = g1.G1_JOINT_NAMES
+    if case == "fps_huge":
+        f["fps"] = np.asarray(1e12)
+    elif case == "fps_below_one":
+        f["fps"] = np.asarray(0.02)  # a frame period written where the rate belongs
+    elif case == "fps_complex":
+        f["fps"] = np.asarray(50 + 1j)
+    elif case == "one_frame":
+        f = {k: (v[:1] if k not in ("fps", "body_names") else v) for k, v in f.items()}
+    elif case == "degrees":
+        f["joint_pos"] = np.degrees(f["joint_pos"])
+    elif case == "past_float32":
+        f["body_pos_w"] = f["body_pos_w"].astype(np.float64)
+        f["body_pos_w"][4, 0, 2] = 1e300  # finite in float64, inf once the loader casts it to float32
+    elif case == "complex_array":
+        f["joint_vel"] = f["joint_vel"] + 1j
+    elif case == "bool_array":
+        f["body_lin_vel_w"] = f["body_lin_vel_w"] > 0
+    elif case == "zero_quat":
+        f["body_quat_w"] = f["body_quat_w"].copy()
+        f["body_quat_w"][2, 1] = 0.0
+    elif case == "joint_names_order":
+        f["joint_names"] = np.asarray(joint_names[::-1])
+    elif case == "joint_names_count":
+        f["joint_names"] = np.asarray(joint_names[:23])
+    elif case == "missing_key":
         del f[field]
     elif case == "wrong_joint_count":
         f["joint_pos"] = f["joint_pos"][:, :23]
@@ -144,9 +188,15 @@ def test_bad_files_name_file_and_field(clip, tmp_path, case, field):
         f["body_quat_w"][9, 2] *= 1.5
     path = _write(tmp_path / f"{case}.npz", **f)
     with pytest.raises(MotionClipError) as e:
-        load_motion_clip(path, body_names=required)
+        load_motion_clip(path, body_names=required, joint_names=joint_names)
     msg = str(e.value)
-    assert str(path) in msg and field in msg
+    assert str(path) in msg and f"field '{field}'" in msg
+    if case.startswith("fps_") and case != "fps_complex":
+        assert "expected frames per second in [1, 1000]" in msg
+    if case == "degrees":
+        assert "expected values within +-6.28319 rad" in msg
+    if case == "joint_names_order":
+        assert f"joint 0 is {joint_names[-1]!r}, expected {joint_names[0]!r}" in msg
     if case == "missing_body":
         assert "no_such_link" in msg
     if case == "duplicate_body":
@@ -158,14 +208,37 @@ def test_bad_files_name_file_and_field(clip, tmp_path, case, field):
 def test_unreadable_and_missing_files(tmp_path):
     junk = tmp_path / "junk.npz"
     junk.write_bytes(b"this is not a zip archive")
-    with pytest.raises(MotionClipError, match="junk.npz.*unreadable"):
+    with pytest.raises(MotionClipError, match="junk.npz: not an npz archive"):
         load_motion_clip(junk)
     npy = tmp_path / "plain.npy"
     np.save(npy, np.zeros(3))
-    with pytest.raises(MotionClipError, match="plain.npy.*not an .npz"):
+    with pytest.raises(MotionClipError, match="plain.npy: not an npz archive"):
         load_motion_clip(npy)
+    truncated = tmp_path / "truncated.npz"
+    truncated.write_bytes(b"PK\x03\x04" + b"\0" * 20)  # a zip's first bytes, then nothing a zip holds
+    with pytest.raises(MotionClipError, match="truncated.npz: unreadable motion clip"):
+        load_motion_clip(truncated)
     with pytest.raises(MotionClipError, match="nope.npz.*not found"):
         load_motion_clip(tmp_path / "nope.npz")
+
+
+def test_pickled_data_is_refused_without_suggesting_allow_pickle(clip, tmp_path):
+    """A pickle, or an npz with an object array in it: refused as what it is, never loaded, and the message does
+    not point at numpy's allow_pickle (which would run whatever code the file holds)."""
+    pickled = tmp_path / "clip.npz"
+    with open(pickled, "wb") as f:
+        pickle.dump(_fields(clip), f)
+    objects = _write(tmp_path / "objects.npz", **{**_fields(clip), "fps": np.asarray([50.0, "x"], dtype=object)})
+    for path, needle in ((pickled, "clip.npz: not an npz archive"),
+                         (objects, "objects.npz: field 'fps': holds Python objects")):
+        with pytest.raises(MotionClipError) as e:
+            load_motion_clip(path)
+        assert needle in str(e.value) and "allow_pickle" not in str(e.value) and "pickle.load" not in str(e.value)
+
+
+def test_joint_names_in_the_g1_order_are_accepted(clip, tmp_path):
+    path = _write(tmp_path / "named.npz", **_fields(clip), joint_names=np.asarray(g1.G1_JOINT_NAMES))
+    assert load_motion_clip(path, joint_names=g1.G1_JOINT_NAMES).num_joints == len(g1.G1_JOINT_NAMES)
 
 
 # ------------------------------------------------------- default clip and CLI
@@ -220,3 +293,103 @@ def test_save_leaves_no_temporary_file_when_the_rename_fails(clip, tmp_path):
     with pytest.raises(OSError):
         save_motion_clip(clip, target)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+
+
+# ------------------------------------------------ hostile clip fields (property test)
+CLIP_FIELDS = ("fps", "body_names", "joint_pos", "joint_vel", "body_pos_w", "body_quat_w", "body_lin_vel_w",
+               "body_ang_vel_w", "joint_names")
+HOSTILE_SCALARS = (np.nan, np.inf, -np.inf, 0.0, -1.0, 1e-9, 0.5, 1e3, 1e12, 1e300, 2**40, True, "x", 1 + 1j)
+HOSTILE_DTYPES = (str, bool, complex, object, np.int64, np.float16, np.float64)
+SCALES = (0.0, -1.0, 1e-6, 180 / np.pi, 1e3, 1e6)
+
+
+@functools.lru_cache(maxsize=None)
+def _valid_fields():
+    """A valid G1 clip (0.5 s at 50 fps) naming its joints, as its npz holds it."""
+    clip = synthesize(duration=0.5, fps=50.0)
+    return {**clip.to_npz_dict(), "joint_names": np.asarray(g1.G1_JOINT_NAMES)}
+
+
+def _mutated(data, field: str):
+    """`field` of a valid clip made hostile in one drawn way (or removed)."""
+    value = np.asarray(_valid_fields()[field])
+    how = data.draw(st.sampled_from(("remove", "scalar", "element", "dtype", "shape", "frames", "scale")),
+                    label="how")
+    if how == "remove":
+        return None
+    if how == "scalar":
+        return np.asarray(data.draw(st.sampled_from(HOSTILE_SCALARS), label="scalar"))
+    if how == "dtype":
+        dtype = data.draw(st.sampled_from(HOSTILE_DTYPES), label="dtype")
+        try:
+            return value.astype(dtype)
+        except ValueError:  # names as numbers
+            return value.astype(object)
+    if how == "shape":
+        cut = value[..., :-1] if value.ndim else value[None]
+        return data.draw(st.sampled_from((cut, value[None], value.reshape(-1), value.T)), label="shape")
+    if how == "frames":
+        if value.ndim == 0:
+            return value
+        return value[:data.draw(st.sampled_from((0, 1, 2, 3)), label="frames")]
+    if value.dtype.kind in "US":  # names: one of them emptied, repeated or unknown
+        names = value.copy()
+        i = data.draw(st.integers(0, len(names) - 1), label="index")
+        names[i] = data.draw(st.sampled_from(("", names[0], "no_such_link")), label="name")
+        return names
+    if how == "scale":
+        return value * data.draw(st.sampled_from(SCALES), label="factor")
+    hostile = data.draw(st.sampled_from(HOSTILE_SCALARS[:11]), label="element")  # numbers only
+    out = value.astype(np.float64)
+    if out.ndim == 0:
+        return np.asarray(hostile, dtype=np.float64)
+    out.reshape(-1)[data.draw(st.integers(0, out.size - 1), label="index")] = hostile
+    return out
+
+
+def _sound(library) -> bool:
+    """What a clip the loader accepts is: a sane frame rate, two frames or more, finite float32 within the fields'
+    bounds, unit quaternions, at least MIN_CLIP_CONTROL_STEPS control steps long."""
+    from unilab.motion.clip import MAX_ABS, MAX_FPS, MIN_FPS
+    from unilab.tasks.g1_motion_tracking.config import MIN_CLIP_CONTROL_STEPS
+
+    for clip in library.clips:
+        arrays = {f: getattr(clip, f) for f in MAX_ABS} | {"body_quat_w": clip.body_quat_w}
+        ok = MIN_FPS <= clip.fps <= MAX_FPS and clip.num_frames >= 2 and clip.num_joints == len(g1.G1_JOINT_NAMES)
+        ok = ok and clip.duration >= MIN_CLIP_CONTROL_STEPS * 0.02 - 1e-9
+        ok = ok and all(a.dtype == np.float32 and np.isfinite(a).all() for a in arrays.values())
+        ok = ok and all(np.abs(getattr(clip, f)).max() <= limit for f, (limit, _) in MAX_ABS.items())
+        if not (ok and np.allclose(np.linalg.norm(clip.body_quat_w, axis=-1), 1.0, atol=1e-5)):
+            return False
+    return True
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@given(data=st.data())
+def test_every_hostile_clip_field_is_refused_at_compose_or_sound(data):
+    """One field of a valid clip made hostile (NaN, inf, huge, negative, empty, wrong type or shape, removed): what
+    `train` does at compose with task.motion_file (the tracking task's config, then its check against the control
+    step) raises the ValueError that exits 2, naming task.motion_file and the field, or accepts a clip that is sound."""
+    from unilab.motion.library import load_motion_library
+    from unilab.sim.config import MjWarpSimConfig
+    from unilab.tasks.g1_motion_tracking.config import G1MotionTrackingConfig
+
+    field = data.draw(st.sampled_from(CLIP_FIELDS), label="field")
+    fields = dict(_valid_fields())
+    value = _mutated(data, field)
+    if value is None:
+        del fields[field]
+    else:
+        fields[field] = value
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "clip.npz"
+        np.savez(path, **fields)  # an object array is pickled into it: the loader must refuse it unread
+        try:
+            G1MotionTrackingConfig(num_envs=2, motion_file=str(path)).check_with_sim(MjWarpSimConfig())
+        except ValueError as exc:
+            message = str(exc)
+            assert message.startswith(f"task.motion_file={str(path)!r}"), message
+            assert "field '" in message or "control steps" in message, message
+            assert "allow_pickle" not in message, message
+            return
+        assert _sound(load_motion_library(path, joint_names=g1.G1_JOINT_NAMES)), f"{field} accepted: {value!r}"

@@ -69,7 +69,7 @@ def test_library_selects_bodies_and_refuses_mixed_rates(clip_dir, tmp_path):
 
 def test_bad_clip_in_a_directory_is_named(clip_dir):
     (clip_dir / "b_broken.npz").write_bytes(b"not a zip archive")
-    with pytest.raises(MotionClipError, match="b_broken.npz: unreadable motion clip"):
+    with pytest.raises(MotionClipError, match="b_broken.npz: not an npz archive"):
         load_motion_library(clip_dir)
 
 

@@ -98,7 +98,7 @@ def test_evidence_files_follow_the_umask(tmp_path, umask):
 def test_the_umask_is_read_without_being_changed(tmp_path, monkeypatch, proc, umask):
     """Changing the umask to read it would give a file another thread creates meanwhile the wrong mode: it is
     read from /proc/self/status, else from a probe file's mode; the process umask never changes on the way."""
-    import unilab.rundir.atomic as atomic
+    import unilab.atomic as atomic
 
     expected = umask
     if proc == "a fake /proc":  # what it says is what counts (here unlike the real umask, to tell them apart)

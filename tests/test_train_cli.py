@@ -218,30 +218,30 @@ def test_cuda_device_without_a_gpu_fails_before_anything_exists(tmp_path, spies,
     ("task.num_envs=-4", "task.num_envs=-4: expected an integer >= 1"),
     ("algo.batch_size=0", "algo.batch_size=0: expected an integer >= 1"),
     ("algo.batch_size=-1", "algo.batch_size=-1: expected an integer >= 1"),
-    ("algo.updates_per_step=0", "algo.updates_per_step=0: expected an integer >= 1"),
-    ("algo.policy_delay=0", "algo.policy_delay=0: expected an integer >= 1"),
+    ("algo.updates_per_step=0", "algo.updates_per_step=0: expected an integer in [1, 10000]"),
+    ("algo.policy_delay=0", "algo.policy_delay=0: expected an integer in [1, 8]"),
     ("algo.replay_capacity=0", "algo.replay_capacity=0: expected an integer >= 1"),
-    ("algo.save_interval=0", "algo.save_interval=0: expected an integer >= 1"),
-    ("algo.max_iterations=0", "algo.max_iterations=0: expected an integer >= 1"),
-    ("algo.max_iterations=-5", "algo.max_iterations=-5: expected an integer >= 1"),
+    ("algo.save_interval=0", "algo.save_interval=0: expected an integer in [1, 1000000000]"),
+    ("algo.max_iterations=0", "algo.max_iterations=0: expected an integer in [1, "),
+    ("algo.max_iterations=-5", "algo.max_iterations=-5: expected an integer in [1, "),
     ("training.keep_checkpoints=0", "training.keep_checkpoints=0: expected null (keep every checkpoint) or a count"),
     ("training.keep_checkpoints=-1", "training.keep_checkpoints=-1: expected null (keep every checkpoint) or a count"),
     ("training.env_steps_per_sync=0", "training.env_steps_per_sync=0: expected an integer >= 1"),
-    ("training.ingress_slots=0", "training.ingress_slots=0: expected an integer >= 1"),
-    ("sim.timestep=0", "sim.timestep=0.0: expected a finite number > 0"),
-    ("sim.timestep=-0.005", "sim.timestep=-0.005: expected a finite number > 0"),
-    ("sim.iterations=0", "sim.iterations=0: expected an integer >= 1"),
-    ("sim.ls_iterations=-1", "sim.ls_iterations=-1: expected an integer >= 1"),
+    ("training.ingress_slots=0", "training.ingress_slots=0: expected an integer in [1, 256]"),
+    ("sim.timestep=0", "sim.timestep=0.0: expected a number in (0, 0.1]"),
+    ("sim.timestep=-0.005", "sim.timestep=-0.005: expected a number in (0, 0.1]"),
+    ("sim.iterations=0", "sim.iterations=0: expected an integer in [1, 1000]"),
+    ("sim.ls_iterations=-1", "sim.ls_iterations=-1: expected an integer in [1, 1000]"),
     ("sim.overflow=bogus", "sim.overflow='bogus': expected one of error, count"),
     ("training.device=gpu", "training.device='gpu': expected cpu, cuda or cuda:N"),
     ("algo.v_min=20", "algo.v_min=20.0: expected less than algo.v_max=20.0"),
     ("algo.v_min=30", "algo.v_min=30.0: expected less than algo.v_max=20.0"),
-    ("algo.gamma=0", "algo.gamma=0.0: expected a discount in (0, 1]"),
-    ("algo.gamma=1.01", "algo.gamma=1.01: expected a discount in (0, 1]"),
-    ("algo.gamma=nan", "algo.gamma=nan: expected a discount in (0, 1]"),
-    ("training.resume_refill_fraction=-0.1", "training.resume_refill_fraction=-0.1: expected a share of the replay "
-                                             "capacity in [0, 1]"),
-    ("training.resume_refill_fraction=1.5", "training.resume_refill_fraction=1.5: expected a share"),
+    ("algo.gamma=0", "algo.gamma=0.0: expected a number in (0, 1] (a discount)"),
+    ("algo.gamma=1.01", "algo.gamma=1.01: expected a number in (0, 1] (a discount)"),
+    ("algo.gamma=nan", "algo.gamma=nan: expected a number in (0, 1] (a discount)"),
+    ("training.resume_refill_fraction=-0.1", "training.resume_refill_fraction=-0.1: expected a number in [0, 1] "
+                                             "(a share of the replay capacity)"),
+    ("training.resume_refill_fraction=1.5", "training.resume_refill_fraction=1.5: expected a number in [0, 1]"),
     ("training.run_name=../x", "training.run_name='../x': expected a name relative to training.log_dir"),
     ("training.run_name=a/../../x", "training.run_name='a/../../x': expected a name relative to training.log_dir"),
     ("training.run_name=/tmp/elsewhere", "training.run_name='/tmp/elsewhere': a run name is a name, not a path; give "
@@ -254,6 +254,27 @@ def test_cuda_device_without_a_gpu_fails_before_anything_exists(tmp_path, spies,
     ("training.run_name='" + "é" * 128 + "'", "name too long (256 bytes"),  # bytes, not characters
     ("training.run_name=" + "d" * 256 + "/r", "name too long (256 bytes in one folder name; at most 255: file "
                                              "systems take 255 bytes per name); choose"),
+    # Accepted at compose before every number had a range (policy_delay: refused only once the learner started):
+    ("algo.tau=5", "algo.tau=5.0: expected a number in (0, 1]"),
+    ("algo.lr=inf", "algo.lr=inf: expected a number in (0, 1] (a learning rate)"),
+    ("algo.policy_delay=9", "algo.policy_delay=9: expected an integer in [1, 8] (at most algo.updates_per_step"),
+    ("algo.max_iterations=9223372036854775808", "algo.max_iterations=9223372036854775808: expected an integer in"),
+    ("algo.num_atoms=1", "algo.num_atoms=1: expected an integer in [2, 1001]"),
+    ("task.rewards.weights.alive=1e300", "task.rewards.weights.alive=1e+300: expected a number in [-1e+06, 1e+06]"),
+    ("task.observations.clip=-1", "task.observations.clip=-1.0: expected a number in (0, 1e+06]"),
+    ("task.commands.lin_vel_x=[1,-1]", "task.commands.lin_vel_x=[1.0, -1.0]: expected [low, high] with -10 <= low"),
+    ("task.episode_length_s=0.001", "task.episode_length_s=0.001: expected at least 1 control step(s) of "
+                                    "sim.timestep x sim.decimation = 0.02 s"),
+    ("sim.decimation=1000000000", "sim.decimation=1000000000: expected an integer in [1, 200]"),
+    ("sim.backend=''", "sim.backend='': expected one of mjwarp"),
+    ("training.seed=9223372036854775808", "training.seed=9223372036854775808: expected an integer in"),
+    ("training.run_name=.", "training.run_name='.': expected a name relative to training.log_dir"),
+    # Sizes the simulator cannot hold (Warp's 32-bit array sizes; unilab.config.sizes):
+    ("sim.nconmax=100000000", "task.num_envs=4096: expected at most 21 envs (or a lower sim.nconmax=100000000)"),
+    ("sim.njmax=100000000", "sim.njmax=100000000: expected at most 11184800 constraint rows per world"),
+    # A replay that cannot hold what the first update waits for never trains (the run used to start and idle):
+    ("algo.batch_size=2000000", "algo.replay_capacity=1000000: expected at least 2000000, the rows the first update"),
+    ("algo.learning_starts=300", "algo.replay_capacity=1000000: expected at least 1228800"),  # 300 x 4096 envs
 ])
 def test_out_of_range_values_fail_at_compose(tmp_path, spies, capsys, override, needle):
     """Each value is checked beside its field (its schema's __post_init__) and refused before anything exists:
@@ -286,7 +307,7 @@ def test_a_run_directory_path_too_long_for_the_system_creates_nothing(tmp_path, 
 
 @pytest.mark.parametrize("content, needle", [
     (None, "file not found"),
-    (b"not a zip archive", "unreadable motion clip"),
+    (b"not a zip archive", "not an npz archive"),
     ({"fps": 50.0}, "field 'body_names': missing"),
 ])
 def test_bad_motion_file_fails_at_compose(tmp_path, spies, capsys, content, needle):
@@ -312,6 +333,53 @@ def test_a_valid_motion_file_composes(tmp_path, spies):
     assert run_train("--task", "g1_motion_tracking", "training.device=cpu", f"task.motion_file={default_clip_path()}",
                      f"training.log_dir={log_dir}") == 0
     assert len(run_dirs(log_dir)) == 1
+
+
+def _clip_file(path, duration: float, fps: float = 50.0, stored_fps: float | None = None):
+    """A synthesised clip of `duration` s at `fps`, its stored frame rate replaced by `stored_fps` where given."""
+    import numpy as np
+
+    from unilab.motion.synth import synthesize
+
+    fields = synthesize(duration=duration, fps=fps).to_npz_dict()
+    if stored_fps is not None:
+        fields["fps"] = np.asarray(stored_fps)
+    np.savez(path, **fields)
+    return path
+
+
+@pytest.mark.parametrize("entry", ["run", "cfg job", "sweep"])
+def test_a_clip_with_an_absurd_frame_rate_is_refused_by_every_entry_point(tmp_path, spies, capsys, entry):
+    """fps=1e12 once ran to exit 0 with episodes one step long: now exit 2 naming the field and its range, for a run,
+    `train --cfg job` and each job of `train -m`, nothing created."""
+    clip = _clip_file(tmp_path / "fast.npz", 2.0, stored_fps=1e12)
+    good = _clip_file(tmp_path / "good.npz", 2.0)
+    log_dir = tmp_path / "runs"
+    args = ["--task", "g1_motion_tracking", "training.device=cpu", f"training.log_dir={log_dir}"]
+    if entry == "sweep":
+        args = ["-m", *args, f"task.motion_file={good},{clip}"]
+    else:
+        args = [*(["--cfg", "job"] if entry == "cfg job" else []), *args, f"task.motion_file={clip}"]
+    assert run_train(*args) == 2
+    err = capsys.readouterr().err
+    assert "field 'fps': 1e+12: expected frames per second in [1, 1000]" in err and "Traceback" not in err
+    assert not log_dir.exists() and spies[0].calls == []
+
+
+@pytest.mark.parametrize("decimation, code", [(4, 2), (1, 0)])
+def test_a_clip_must_last_a_few_control_steps(tmp_path, spies, capsys, decimation, code):
+    """Three frames at 50 fps (0.04 s) are 2 control steps of 0.02 s (sim.decimation=4): refused, naming the clip; at
+    sim.decimation=1 (0.005 s) the same clip lasts 8 control steps and is accepted: the check reads the control step."""
+    clip = _clip_file(tmp_path / "short.npz", 0.04)
+    log_dir = tmp_path / "runs"
+    assert run_train("--task", "g1_motion_tracking", "training.device=cpu", f"task.motion_file={clip}",
+                     f"sim.decimation={decimation}", f"training.log_dir={log_dir}") == code
+    if code:
+        err = capsys.readouterr().err
+        assert "clips of at least 5 control steps of 0.02 s = 0.1 s" in err and "'short' lasts 0.04 s" in err
+        assert not log_dir.exists() and spies[0].calls == []
+    else:
+        assert len(run_dirs(log_dir)) == 1
 
 
 @pytest.mark.parametrize("override", ["+training.some_typo=1", "+algo.some_typo=1", "+task.rewards.some_typo=1"])
@@ -544,13 +612,14 @@ def test_a_run_dir_in_use_is_refused_naming_the_holder(resumable, capsys):
 
 @pytest.mark.parametrize("key", ["mps_probe_timeout_s", "mps_attach_timeout_s", "stall_timeout_s",
                                  "startup_timeout_s", "dist_timeout_s"])
-@pytest.mark.parametrize("value", ["inf", "nan", "0", "-1"])
+@pytest.mark.parametrize("value", ["inf", "nan", "0", "-1", "1e308", "604801"])
 def test_timeouts_are_range_checked_at_compose(tmp_path, spies, capsys, key, value):
-    """An infinite timeout waits for ever, zero or less never waits: exit 2 before anything exists."""
+    """An infinite timeout waits for ever, zero or less never waits, one past a week is no timeout anyone means
+    (and Python's waits refuse those past threading.TIMEOUT_MAX): exit 2 before anything exists."""
     log_dir = tmp_path / "runs"
     assert run_train(f"training.{key}={value}", f"training.log_dir={log_dir}") == 2
     err = capsys.readouterr().err
-    assert f"training.{key}=" in err and "expected a finite number > 0" in err, err
+    assert f"training.{key}=" in err and "expected a number in (0, 604800] (seconds, at most a week)" in err, err
     assert "Traceback" not in err and not log_dir.exists() and spies[0].calls == []
 
 

@@ -61,9 +61,9 @@ def test_config_imports_without_torch_and_keeps_flashsacs_defaults():
 
 
 @pytest.mark.parametrize("key, value, needle", [
-    ("min_weight", 1.5, "algo.replay_sampling.min_weight=1.5: expected a weight in [0, 1]"),
+    ("min_weight", 1.5, "algo.replay_sampling.min_weight=1.5: expected a number in [0, 1] (a weight)"),
     ("min_weight", -0.1, "algo.replay_sampling.min_weight=-0.1"),
-    ("num_buckets", 0, "algo.replay_sampling.num_buckets=0: expected an integer >= 1"),
+    ("num_buckets", 0, "algo.replay_sampling.num_buckets=0: expected an integer in [1, 1000000]"),
 ])
 def test_bad_replay_settings_are_refused(key, value, needle):
     from unilab.registry import instantiate

@@ -11,7 +11,16 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
-from unilab.checks import at_least_one, require
+from unilab.checks import at_least_one, integer_in, number_in, require
+
+# Upper bounds of the shared settings (unilab/checks.py says why every number has one).
+MAX_ITERATIONS = 10**9  # update cycles of a run
+MAX_UPDATES_PER_STEP = 10_000  # gradient steps per cycle
+MAX_HIDDEN_DIM = 16_384  # a square layer of it is 1 GiB of float32 weights
+MAX_ATOMS = 1001  # FlashSAC's dense projection holds batch x atoms^2 floats
+MAX_ABS_LOG_STD = 20.0
+MAX_ABS_RETURN = 1e6  # the critic's support, in (normalised) reward units
+MAX_INIT_ALPHA = 1e3
 
 COMPILE_MODES = (None, "default", "max-autotune-no-cudagraphs")
 
@@ -81,17 +90,7 @@ class OffPolicyAlgoConfig:
     DEPRECATED: ClassVar[dict[str, str]] = {}
 
     def __post_init__(self) -> None:
-        # max_iterations=0 would start the processes, train nothing and report the run completed.
-        at_least_one("algo", self, ("max_iterations", "save_interval", "batch_size", "updates_per_step",
-                                    "replay_capacity", "policy_delay"))
-        require(0 < self.gamma <= 1, "algo.gamma", self.gamma, "a discount in (0, 1]")
-        require(self.v_min < self.v_max, "algo.v_min", self.v_min, f"less than algo.v_max={self.v_max!r} "
-                "(the critic's return support is [v_min, v_max])")
-        if self.compile_mode not in COMPILE_MODES:
-            raise ValueError(
-                f"algo.compile_mode={self.compile_mode!r}: choose one of "
-                f"{', '.join('null' if m is None else m for m in COMPILE_MODES)}"
-            )
+        # The renamed keys first: their values are checked under the new names.
         for old, instead in self.DEPRECATED.items():
             if getattr(self, old) is not None:
                 warnings.warn(f"algo.{old} is deprecated and will be removed: {instead}", FutureWarning, stacklevel=3)
@@ -99,6 +98,42 @@ class OffPolicyAlgoConfig:
             if getattr(self, old, None) is not None:
                 setattr(self, new, getattr(self, old))
                 setattr(self, old, None)
+        self._check()
+
+    def _check(self) -> None:
+        """The ranges of the settings; an algorithm's dataclass extends it with its own."""
+        # The replay's and the batch's upper bounds come from the device and the envs (unilab.config.sizes).
+        at_least_one("algo", self, ("batch_size", "replay_capacity"))
+        integer_in("algo.max_iterations", self.max_iterations, 1, MAX_ITERATIONS, "update cycles")
+        integer_in("algo.save_interval", self.save_interval, 1, MAX_ITERATIONS, "iterations")
+        integer_in("algo.updates_per_step", self.updates_per_step, 1, MAX_UPDATES_PER_STEP,
+                   "gradient steps per cycle")
+        integer_in("algo.policy_delay", self.policy_delay, 1, max(1, self.updates_per_step),
+                   "at most algo.updates_per_step, or the actor would never be trained")
+        integer_in("algo.learning_starts", self.learning_starts, 0, MAX_ITERATIONS, "iterations' worth of rows")
+        number_in("algo.gamma", self.gamma, 0, 1, "a discount", low_open=True)
+        number_in("algo.tau", self.tau, 0, 1, "the target critic's step towards the critic", low_open=True)
+        for name in ("actor_hidden_dim", "critic_hidden_dim"):
+            integer_in(f"algo.{name}", getattr(self, name), 1, MAX_HIDDEN_DIM, "units")
+        for name in ("log_std_min", "log_std_max"):
+            number_in(f"algo.{name}", getattr(self, name), -MAX_ABS_LOG_STD, MAX_ABS_LOG_STD)
+        require(self.log_std_min < self.log_std_max, "algo.log_std_min", self.log_std_min,
+                f"less than algo.log_std_max={self.log_std_max!r}")
+        integer_in("algo.num_atoms", self.num_atoms, 2, MAX_ATOMS, "points of the critic's return support")
+        for name in ("v_min", "v_max"):
+            number_in(f"algo.{name}", getattr(self, name), -MAX_ABS_RETURN, MAX_ABS_RETURN)
+        require(self.v_min < self.v_max, "algo.v_min", self.v_min, f"less than algo.v_max={self.v_max!r} "
+                "(the critic's return support is [v_min, v_max])")
+        # AdamW's decay shrinks weights by lr x weight_decay per step: with both at most 1 it never flips them.
+        number_in("algo.lr", self.lr, 0, 1, "a learning rate", low_open=True)
+        number_in("algo.init_alpha", self.init_alpha, 0, MAX_INIT_ALPHA, "the starting temperature", low_open=True)
+        integer_in("algo.cuda_graph_warmup", self.cuda_graph_warmup, 1, 100,
+                   "eager cycles before the capture: lazy state must exist when it starts")
+        if self.compile_mode not in COMPILE_MODES:
+            raise ValueError(
+                f"algo.compile_mode={self.compile_mode!r}: choose one of "
+                f"{', '.join('null' if m is None else m for m in COMPILE_MODES)}"
+            )
 
 
 def rows_before_first_update(algo: Any, rows_per_iteration: int) -> int:

@@ -10,7 +10,7 @@ from typing import Any, List, Optional
 
 from omegaconf import MISSING
 
-from unilab.checks import at_least_one, positive_finite, require
+from unilab.checks import MAX_WAIT_S, at_least_one, integer_in, number_in, require, text
 
 VALIDATE_RESOLVER = "unilab.validate"
 
@@ -22,6 +22,11 @@ DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 LOGGERS = ("tensorboard", "wandb")
 WANDB_MODES = ("offline", "online")
 WANDB_EXTRA_HINT = "pip install 'unilab[wandb]'"
+# torch's generators take any int64 seed; each rank adds its offset (unilab.runtime.world.rank_seed) to it.
+MAX_ABS_SEED = 2**62
+MAX_DEVICE_INDEX = 1023
+MAX_INGRESS_SLOTS = 256  # chunks in flight between collector and learner: a few keep both busy
+MAX_PLAY_STEPS = 10**7  # control steps of the closing play (more than two days at 50 Hz), iterations per video
 
 
 class CudaProcessSharing(str, Enum):
@@ -121,17 +126,29 @@ class TrainingConfig(ExecutionConfig):
         self._check_loggers()
         require(DEVICE.fullmatch(str(self.device)) is not None, "training.device", self.device,
                 "cpu, cuda or cuda:N")
-        require(0 <= self.resume_refill_fraction <= 1, "training.resume_refill_fraction",
-                self.resume_refill_fraction, "a share of the replay capacity in [0, 1]")
-        at_least_one("training", self, ("env_steps_per_sync", "ingress_slots"))
+        for index in self.devices or ():
+            integer_in("training.devices", index, 0, MAX_DEVICE_INDEX, "GPU indices")
+        integer_in("training.seed", self.seed, -MAX_ABS_SEED, MAX_ABS_SEED)
+        number_in("training.resume_refill_fraction", self.resume_refill_fraction, 0, 1,
+                  "a share of the replay capacity")
+        at_least_one("training", self, ("env_steps_per_sync",))  # its upper bound: the replay's memory (sizes)
+        integer_in("training.ingress_slots", self.ingress_slots, 1, MAX_INGRESS_SLOTS, "chunks in flight")
         require(self.keep_checkpoints is None or self.keep_checkpoints >= 1, "training.keep_checkpoints",
                 self.keep_checkpoints, "null (keep every checkpoint) or a count >= 1 (the newest; latest.pt's "
                 "among them)")
-        require(self.video_interval is None or self.video_interval >= 1, "training.video_interval",
-                self.video_interval, "null (off) or a number of iterations >= 1")
+        if self.video_interval is not None:
+            integer_in("training.video_interval", self.video_interval, 1, MAX_PLAY_STEPS, "iterations, or null: off")
+        if self.play_envs is not None:  # its upper bound: the simulator's sizes (unilab.config.sizes)
+            integer_in("training.play_envs", self.play_envs, 1, 2**31 - 1, "or null: task.num_envs")
+        if self.play_steps is not None:
+            integer_in("training.play_steps", self.play_steps, 1, MAX_PLAY_STEPS, "or null: one episode")
         for key in timeout_keys():  # inf would wait for ever, 0 or less never waits
-            positive_finite(f"training.{key}", getattr(self, key))
-        if self.run_name:
+            number_in(f"training.{key}", getattr(self, key), 0, MAX_WAIT_S, "seconds, at most a week", low_open=True)
+        text("training.log_dir", self.log_dir, what="a directory")
+        if self.resume is not None:
+            text("training.resume", self.resume, what="a run directory or checkpoint, or null")
+        if self.run_name is not None:
+            text("training.run_name", self.run_name, what="a name, or null")
             check_run_name(self.run_name)
 
     def _check_loggers(self) -> None:
@@ -140,6 +157,7 @@ class TrainingConfig(ExecutionConfig):
             require(name in LOGGERS, "training.logger", list(self.logger), allowed)
         require(len(set(self.logger)) == len(self.logger), "training.logger", list(self.logger), allowed)
         require(self.wandb_mode in WANDB_MODES, "training.wandb_mode", self.wandb_mode, " or ".join(WANDB_MODES))
+        text("training.wandb_project", self.wandb_project, what="a W&B project name")
 
 
 # The longest file name most file systems take (NAME_MAX, in bytes); the run name's last part leaves room for
@@ -155,7 +173,7 @@ def check_run_name(run_name: str) -> None:
     if name.is_absolute():
         raise ValueError(f"training.run_name={run_name!r}: a run name is a name, not a path; give the folder as "
                          f"training.log_dir: training.log_dir={name.parent} training.run_name={name.name}")
-    require(".." not in name.parts, "training.run_name", run_name,
+    require(".." not in name.parts and name.parts, "training.run_name", run_name,
             "a name relative to training.log_dir, without '..' (the run directory stays inside it)")
     for i, part in enumerate(name.parts):
         last = i == len(name.parts) - 1

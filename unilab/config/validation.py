@@ -30,6 +30,7 @@ from unilab.mps.errors import CudaProcessSharingError, MpsSettingError
 from unilab.mps.record import CudaProcessSharingEvidence
 from unilab.world import DistributedContext, WorldError, from_environment
 
+from . import sizes
 from .run import GROUP_KEYS, RunConfig, typed_group
 from .schema import EXECUTION_EVIDENCE_INTERPOLATION, WANDB_EXTRA_HINT, TrainConfig, TrainingConfig
 
@@ -88,10 +89,11 @@ class ValidatedRequest:
 
 def validate(cfg: DictConfig, *, gpu_required: bool = True) -> ValidatedRequest:
     """All checks, in this order: the keys at the top level, the training values (the probe's timeout is
-    one), the cluster launcher's rank (torchrun, srun), the execution probe, every group's values, the MPS
-    knobs, the rank devices, a visible GPU, the probe of every further rank. Raises ConfigError or
-    CudaProcessSharingError. `gpu_required=False` (a config shown, not run): a CUDA device on a host without a
-    GPU is a note of the request instead of an error; `+execution=mps` still fails in its probe."""
+    one), the cluster launcher's rank (torchrun, srun), the execution probe, every group's values and the checks
+    across groups, the MPS knobs, the rank devices, a visible GPU, the replay on each device, the probe of every
+    further rank. Raises ConfigError or CudaProcessSharingError. `gpu_required=False` (a config shown, not run): a
+    CUDA device on a host without a GPU is a note of the request instead of an error; `+execution=mps` still fails
+    in its probe."""
     _check_top_level(cfg)
     config = {"training": _resolved(cfg, "training")}
     check_host(check_config(config, groups=("training",))["training"])
@@ -107,6 +109,7 @@ def validate(cfg: DictConfig, *, gpu_required: bool = True) -> ValidatedRequest:
     notes = []
     try:
         check_gpus_visible(devices)
+        _checked(sizes.check_device_memory, typed, devices)
     except NoGpuError as exc:
         if gpu_required:
             raise
@@ -150,11 +153,12 @@ def _probe(requested, device: str, backend, timeout_s: float) -> CudaProcessShar
 
 def check_config(config: dict, groups: tuple[str, ...] | None = None) -> dict[str, Any]:
     """Every group's own checks on its values (its schema's `__post_init__`: ranges, choices, files), and
-    keys the schemas lack (`+training.typo=1` adds one past Hydra). `groups`: only these (default: all).
-    Returns each group's dataclass (what the run reads)."""
+    keys the schemas lack (`+training.typo=1` adds one past Hydra). `groups`: only these (default: all); with
+    all of them, the checks across groups too (`check_across_groups`). Returns each group's dataclass (what the
+    run reads)."""
     from omegaconf.errors import ConfigKeyError
 
-    typed = {}
+    typed: dict[str, Any] = {}
     for group in groups or GROUP_KEYS:
         try:
             typed[group] = typed_group(group, config[group])
@@ -163,7 +167,26 @@ def check_config(config: dict, groups: tuple[str, ...] | None = None) -> dict[st
                               f"`train --cfg job` lists the keys)") from None
         except (ValueError, OmegaConfBaseException) as exc:
             raise ConfigError(_message(exc)) from None
+    if set(typed) == set(GROUP_KEYS):
+        _checked(check_across_groups, typed)
     return typed
+
+
+def check_across_groups(typed: dict[str, Any]) -> None:
+    """What one group's values mean under another's: the task's lengths (episode, clips) in the simulator's control
+    steps, the envs against the simulator's array sizes, the replay against what the first update waits for."""
+    algo, task, sim, training = (typed[key] for key in GROUP_KEYS)
+    task.check_with_sim(sim)
+    sizes.check_simulator_sizes(task, sim, training)
+    sizes.check_first_update(algo, task, training)
+
+
+def _checked(check, *args) -> None:
+    """`check(*args)`, its ValueError a ConfigError."""
+    try:
+        check(*args)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def check_host(training: TrainingConfig) -> None:

@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from unilab.exit_codes import EXIT_USAGE
-from unilab.motion.clip import MotionClip, save_motion_clip
+from unilab.motion.clip import MAX_FPS, MIN_FPS, MotionClip, save_motion_clip
 
 CSV_ROOT_COLUMNS = 3 + 4
 CSV_COLUMNS = CSV_ROOT_COLUMNS + 29
@@ -385,8 +385,9 @@ def main(args) -> int:
         print(f"unilab motion import: --out {args.out}: is a directory; give a file name, e.g. "
               f"{args.out / 'clip.npz'}", file=sys.stderr)
         return EXIT_USAGE
-    if args.out_fps is not None and not (math.isfinite(args.out_fps) and args.out_fps > 0):
-        print(f"unilab motion import: --out-fps {args.out_fps}: expected a positive number", file=sys.stderr)
+    if args.out_fps is not None and not MIN_FPS <= args.out_fps <= MAX_FPS:  # what a clip may have; NaN fails too
+        print(f"unilab motion import: --out-fps {args.out_fps}: expected frames per second in [{MIN_FPS:g}, "
+              f"{MAX_FPS:g}] (what a motion clip may have)", file=sys.stderr)
         return EXIT_USAGE
     try:
         clip = import_motion(args.src, fmt=args.fmt, fps=args.fps, quat_order=args.quat_order,

@@ -43,6 +43,11 @@ class MotionLibrary:
     def num_frames(self) -> int:
         return int(self.lengths.sum())
 
+    def shortest(self) -> tuple[str, MotionClip]:
+        """The name and clip of the shortest clip (in seconds)."""
+        i = int(np.argmin([c.duration for c in self.clips]))
+        return self.names[i], self.clips[i]
+
     def concatenated(self, field: str) -> np.ndarray:
         """One of the clip array fields (clip.ARRAY_FIELDS) of all clips, frames concatenated in clip order."""
         if field not in ARRAY_FIELDS:
@@ -66,10 +71,12 @@ def load_motion_library(
     *,
     body_names: Optional[Sequence[str]] = None,
     num_joints: int = NUM_JOINTS,
+    joint_names: Optional[Sequence[str]] = None,
 ) -> MotionLibrary:
     """Load one clip file or every clip of a directory; a bad clip fails with its file named (MotionClipError)."""
     files = motion_files(path)
-    clips = tuple(load_motion_clip(f, body_names=body_names, num_joints=num_joints) for f in files)
+    clips = tuple(load_motion_clip(f, body_names=body_names, num_joints=num_joints, joint_names=joint_names)
+                  for f in files)
     first = clips[0]
     for f, clip in zip(files, clips):
         if clip.fps != first.fps:

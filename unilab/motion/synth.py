@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from unilab.exit_codes import EXIT_USAGE
-from unilab.motion.clip import MotionClip, save_motion_clip
+from unilab.motion.clip import MAX_FPS, MIN_FPS, MotionClip, save_motion_clip
 from unilab.sim.headless import mujoco
 
 BASE_CHANNELS = ("base_roll", "base_pitch", "base_yaw")
@@ -337,15 +337,14 @@ def synth_params_hash(**params) -> str:
 
 
 MAX_DURATION_S = 3600.0  # an hour of motion: synthesis is ~ms per frame, and the clip is held in memory
-MAX_FPS = 1000.0
 
 
 def check_clip_size(duration: float, fps: float) -> Optional[str]:
     """None for a clip that can be built, else what is wrong (nan, inf, too long, fewer than two frames)."""
     if not (math.isfinite(duration) and 0 < duration <= MAX_DURATION_S):
         return f"--duration {duration}: expected seconds in (0, {MAX_DURATION_S:g}]"
-    if not (math.isfinite(fps) and 0 < fps <= MAX_FPS):
-        return f"--fps {fps}: expected frames per second in (0, {MAX_FPS:g}]"
+    if not MIN_FPS <= fps <= MAX_FPS:  # the clip loader's range (unilab.motion.clip); NaN fails too
+        return f"--fps {fps}: expected frames per second in [{MIN_FPS:g}, {MAX_FPS:g}]"
     if round(duration * fps) < 1:
         return f"--duration {duration} at --fps {fps:g} is less than one frame interval: a clip needs two frames"
     return None

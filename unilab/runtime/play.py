@@ -222,9 +222,10 @@ def main(args) -> int:
         watch = _watcher(args) if video is not None or viewer else None
         from unilab.rundir.run_config import load_run_config
 
-        config = RunConfig.recorded(load_run_config(args.run), args.run)
+        values = load_run_config(args.run)  # a file that is no run directory is refused here
         agent = getattr(args, "agent", "policy")
         checkpoint = _policy_checkpoint(args.run, args.checkpoint) if agent == "policy" else args.checkpoint
+        config = RunConfig.recorded(values, args.run)
         out = report_path(args.run, getattr(args, "out", None))
         report = play(args.run, config, args.device or config.training.device,
                       checkpoint=checkpoint, num_envs=args.envs, steps=args.steps, out=out,

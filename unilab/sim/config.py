@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from unilab.checks import at_least_one, one_of, positive_finite
+from unilab.checks import integer_in, number_in, one_of
+
+# Upper bounds of the settings (see unilab/checks.py): MuJoCo steps of 0.1 s or more, or a control step
+# longer than a second, simulate no legged robot; a thousand solver iterations per substep is past any
+# convergence the captured loop waits for.
+MAX_TIMESTEP_S = 0.1
+MAX_CONTROL_DT_S = 1.0
+MAX_SOLVER_ITERATIONS = 1000
+MAX_COMPILE_WORKERS = 256
 
 
 @dataclass
@@ -34,9 +42,23 @@ class MjWarpSimConfig:
     compile_workers: Optional[int] = None
 
     def __post_init__(self) -> None:
-        positive_finite("sim.timestep", self.timestep)
-        at_least_one("sim", self, ("decimation",))
-        at_least_one("sim", self, tuple(n for n in ("iterations", "ls_iterations") if getattr(self, n) is not None))
+        one_of("sim.backend", self.backend, ("mjwarp",))
+        number_in("sim.timestep", self.timestep, 0, MAX_TIMESTEP_S, "seconds", low_open=True)
+        integer_in("sim.decimation", self.decimation, 1, int(MAX_CONTROL_DT_S / self.timestep),
+                   f"substeps per control step: the control step, timestep x decimation, at most {MAX_CONTROL_DT_S:g} s")
+        for name in ("iterations", "ls_iterations"):
+            if getattr(self, name) is not None:
+                integer_in(f"sim.{name}", getattr(self, name), 1, MAX_SOLVER_ITERATIONS, "or null")
+        # Upper bounds of these two come from the model and the envs (unilab.config.sizes, at compose).
+        for name in ("nconmax", "njmax"):
+            if getattr(self, name) is not None:
+                integer_in(f"sim.{name}", getattr(self, name), 1, 2**31 - 1, "per world, or null: derived")
         one_of("sim.overflow", self.overflow, ("error", "count"))
-        if self.compile_workers is not None and self.compile_workers < 0:
-            raise ValueError(f"sim.compile_workers must be >= 0 or null, got {self.compile_workers}")
+        if self.compile_workers is not None:
+            integer_in("sim.compile_workers", self.compile_workers, 0, MAX_COMPILE_WORKERS,
+                       "threads, 0: one after the other, or null: one per core")
+
+    @property
+    def control_dt(self) -> float:
+        """Seconds per control step (per env step of a task)."""
+        return float(self.timestep) * int(self.decimation)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Optional
 
 from unilab.algos.config import OffPolicyAlgoConfig
+from unilab.checks import number_in
 
 _ONE_LR = "set algo.lr, the one learning rate of critic, actor and temperature (until removed, it still sets {})"
 
@@ -40,3 +41,12 @@ class FastSACConfig(OffPolicyAlgoConfig):
         "actor_lr": _ONE_LR.format("the actor's"),
         "alpha_lr": _ONE_LR.format("the temperature's"),
     }
+
+    def _check(self) -> None:
+        super()._check()
+        number_in("algo.weight_decay", self.weight_decay, 0, 1)
+        number_in("algo.target_entropy_ratio", self.target_entropy_ratio, -10, 1, "1: a target of 0 nats")
+        number_in("algo.obs_clip", self.obs_clip, 0, 1e6, "normalised units", low_open=True)
+        for name in ("critic_lr", "actor_lr", "alpha_lr"):
+            if getattr(self, name) is not None:
+                number_in(f"algo.{name}", getattr(self, name), 0, 1, "a learning rate, or null", low_open=True)

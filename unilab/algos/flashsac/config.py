@@ -7,6 +7,10 @@ from dataclasses import dataclass
 from typing import ClassVar, Optional
 
 from unilab.algos.config import OffPolicyAlgoConfig
+from unilab.checks import integer_in, number_in, one_of
+
+MAX_BLOCKS = 64  # blocks, expansion and critics: networks far past any FlashSAC setting
+NOISE_REPEATS = ("zeta", "uniform")
 
 
 @dataclass
@@ -66,3 +70,20 @@ class FlashSACConfig(OffPolicyAlgoConfig):
     num_bins: Optional[int] = None
 
     DEPRECATED: ClassVar[dict[str, str]] = {"num_bins": "renamed algo.num_atoms, set that instead"}
+
+    def _check(self) -> None:
+        super()._check()
+        for name in ("actor_num_blocks", "critic_num_blocks", "expansion"):
+            integer_in(f"algo.{name}", getattr(self, name), 1, MAX_BLOCKS)
+        integer_in("algo.num_critics", self.num_critics, 2, MAX_BLOCKS, "an ensemble of at least two: clipped double-Q")
+        number_in("algo.batchnorm_momentum", self.batchnorm_momentum, 0, 1, low_open=True)
+        for name in ("lr_init", "lr_end"):
+            number_in(f"algo.{name}", getattr(self, name), 0, 1, "a learning rate")
+        for name in ("lr_warmup_steps", "lr_decay_steps"):
+            integer_in(f"algo.{name}", getattr(self, name), 0, 2**62, "gradient steps")
+        number_in("algo.target_action_std", self.target_action_std, 0, 1, "in the [-1, 1] action space", low_open=True)
+        one_of("algo.noise_repeat", self.noise_repeat, NOISE_REPEATS)
+        integer_in("algo.noise_repeat_max", self.noise_repeat_max, 1, 10_000, "steps a noise sample is held")
+        number_in("algo.noise_repeat_exponent", self.noise_repeat_exponent, -100, 100)
+        number_in("algo.reward_norm_max_return", self.reward_norm_max_return, 0, 1e6, low_open=True)
+        integer_in("algo.num_envs", self.num_envs, 0, 2**31 - 1, "0: the rows of the first add")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from unilab.algos.flashsac.config import FlashSACConfig
-from unilab.checks import require
+from unilab.checks import integer_in, number_in
 
 
 @dataclass
@@ -26,9 +26,9 @@ class ReplaySampling:
     num_buckets: int = 2000
 
     def __post_init__(self) -> None:
-        require(0.0 <= self.min_weight <= 1.0, "algo.replay_sampling.min_weight", self.min_weight, "a weight in [0, 1]")
-        require(isinstance(self.num_buckets, int) and self.num_buckets >= 1, "algo.replay_sampling.num_buckets",
-                self.num_buckets, "an integer >= 1")
+        integer_in("algo.replay_sampling.decay_step", self.decay_step, -2**62, 2**62, "transitions, 0: uniform")
+        number_in("algo.replay_sampling.min_weight", self.min_weight, 0, 1, "a weight")
+        integer_in("algo.replay_sampling.num_buckets", self.num_buckets, 1, 10**6)
 
 
 @dataclass

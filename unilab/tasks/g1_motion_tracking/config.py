@@ -6,12 +6,19 @@ cheaply. Reward weights are per second: the env multiplies each weighted term by
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from unilab.checks import at_least_one, one_of, positive_finite, require
+from unilab.checks import at_least_one, fields_in, integer_in, non_negative, number_in, one_of, require, text
+from unilab.tasks.config_checks import (MAX_EPISODE_S, MAX_HEIGHT, MAX_SPEED, MAX_STD, check_control_steps,
+                                        check_range_pairs, check_reward_weights)
+
+# A clip lasts at least this many control steps: an episode that starts on its first frame ends (truncated) on its
+# last, so a shorter clip gives episodes of a step or two, in which no tracking can be learnt.
+MIN_CLIP_CONTROL_STEPS = 5
+MAX_SOLVER_ITERATIONS = 1000  # as sim.iterations (unilab.sim.config)
+MAX_GAIN = 100.0
 
 
 @dataclass
@@ -47,12 +54,25 @@ class RewardConfig:
     body_ang_vel_std: float = 3.14  # rad/s
     soft_joint_limit_factor: float = 0.9
 
+    def __post_init__(self) -> None:
+        check_reward_weights(self.weights)
+        for name in ("anchor_pos_std", "anchor_ori_std", "body_pos_std", "body_ori_std", "body_lin_vel_std",
+                     "body_ang_vel_std"):
+            number_in(f"task.rewards.{name}", getattr(self, name), 0, MAX_STD, low_open=True)
+        number_in("task.rewards.soft_joint_limit_factor", self.soft_joint_limit_factor, 0, 1, low_open=True)
+
 
 @dataclass
 class TerminationConfig:
     anchor_height: float = 0.25  # m, |z_ref - z| of the anchor body
     anchor_gravity_z: float = 0.8  # difference of the z component of gravity in the anchor frame
     end_effector_height: float = 0.25  # m, any end effector's |z_ref - z|
+
+    def __post_init__(self) -> None:
+        p = "task.terminations"
+        number_in(f"{p}.anchor_height", self.anchor_height, 0, MAX_HEIGHT, "m", low_open=True)
+        number_in(f"{p}.anchor_gravity_z", self.anchor_gravity_z, 0, 2, "a difference of unit vectors' z", low_open=True)
+        number_in(f"{p}.end_effector_height", self.end_effector_height, 0, MAX_HEIGHT, "m", low_open=True)
 
 
 _DEFAULT_COM_BODIES = ("torso_link",)
@@ -80,21 +100,18 @@ class RandomizationConfig:
 
     def __post_init__(self) -> None:
         p = "task.randomization"
-        for name in ("reset_root_pos", "reset_root_yaw", "reset_joint_pos", "reset_vel"):
-            non_negative(f"{p}.{name}", getattr(self, name))
-        for name in ("friction_range", "push_interval_s"):
-            value = getattr(self, name)
-            if value is not None:
-                require(len(value) == 2 and 0 < value[0] <= value[1] and math.isfinite(value[1]), f"{p}.{name}",
-                        list(value), "null or [low, high] with 0 < low <= high")
+        for name, high in (("reset_root_pos", MAX_HEIGHT), ("reset_root_yaw", 2 * math.pi),
+                           ("reset_joint_pos", math.pi), ("reset_vel", MAX_SPEED)):
+            non_negative(f"{p}.{name}", getattr(self, name), high)
+        check_range_pairs(p, self)
         require(len(self.push_max_vel) == 6, f"{p}.push_max_vel", list(self.push_max_vel), "six half-widths")
         for w in self.push_max_vel:
-            non_negative(f"{p}.push_max_vel", w)
+            non_negative(f"{p}.push_max_vel", w, MAX_SPEED)
         if self.com_offset is not None:
             require(len(self.com_offset) == 3, f"{p}.com_offset", list(self.com_offset), "null or [x, y, z] (m)")
             for w in self.com_offset:
-                require(math.isfinite(w) and 0 <= w <= 0.2, f"{p}.com_offset", list(self.com_offset),
-                        "half-widths in [0, 0.2] m")
+                require(isinstance(w, (int, float)) and math.isfinite(w) and 0 <= w <= 0.2, f"{p}.com_offset",
+                        list(self.com_offset), "half-widths in [0, 0.2] m")
             require(len(self.com_bodies) >= 1, f"{p}.com_bodies", list(self.com_bodies), "at least one G1 body")
             if tuple(self.com_bodies) != _DEFAULT_COM_BODIES:  # the asset pulls mujoco: only for a changed list
                 from unilab.assets.g1 import G1_BODY_NAMES
@@ -117,8 +134,7 @@ class ObservationConfig:
     joint_vel_noise: float = 0.5  # rad/s
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            non_negative(f"task.observations.{f.name}", getattr(self, f.name))
+        fields_in("task.observations", self, 0, MAX_STD)
 
 
 @dataclass
@@ -138,18 +154,12 @@ ACTION_OFFSETS = ("stand", "reference")
 
 
 def check_sampling(s: SamplingConfig) -> None:
-    if s.mode not in SAMPLING_MODES:
-        raise ValueError(f"task.sampling.mode={s.mode!r}: expected one of {', '.join(SAMPLING_MODES)}")
-    if not s.bin_s > 0:
-        raise ValueError(f"task.sampling.bin_s={s.bin_s}: must be positive")
-    for key in ("uniform_share", "smoothing", "blur"):
-        value = getattr(s, key)
-        if not 0.0 <= value <= 1.0:
-            raise ValueError(f"task.sampling.{key}={value}: must be in [0, 1]")
-    if s.smoothing == 0.0:
-        raise ValueError("task.sampling.smoothing=0: the failure rates would never change")
-    if s.blur_bins < 1:
-        raise ValueError(f"task.sampling.blur_bins={s.blur_bins}: must be at least 1")
+    one_of("task.sampling.mode", s.mode, SAMPLING_MODES)
+    number_in("task.sampling.bin_s", s.bin_s, 0, MAX_EPISODE_S, "seconds of clip per bin", low_open=True)
+    for key in ("uniform_share", "blur"):
+        number_in(f"task.sampling.{key}", getattr(s, key), 0, 1)
+    number_in("task.sampling.smoothing", s.smoothing, 0, 1, "0 would never change the failure rates", low_open=True)
+    integer_in("task.sampling.blur_bins", s.blur_bins, 1, 1000)
 
 
 @dataclass
@@ -198,13 +208,51 @@ class G1MotionTrackingConfig:
         return "per_joint" if self.action_scale == "per_joint" else "uniform"
 
     def __post_init__(self) -> None:
-        at_least_one("task", self, ("num_envs", "solver_iterations"))
+        at_least_one("task", self, ("num_envs",))  # its upper bound: the simulator's sizes (unilab.config.sizes)
+        integer_in("task.solver_iterations", self.solver_iterations, 1, MAX_SOLVER_ITERATIONS)
+        number_in("task.episode_length_s", self.episode_length_s, 0, MAX_EPISODE_S, "seconds", low_open=True)
         check_sampling(self.sampling)
         check_action_scale(self.action_scale)
-        positive_finite("task.per_joint_gain", self.per_joint_gain)
+        number_in("task.per_joint_gain", self.per_joint_gain, 0, MAX_GAIN, low_open=True)
         one_of("task.action_offset", self.action_offset, ACTION_OFFSETS)
+        # The shortest clip (name, seconds): check_with_sim holds it to the control step. None: the default clip.
+        self._shortest_clip: Optional[tuple[str, float]] = None
         if self.motion_file is not None:
-            check_motion_file(self.motion_file)
+            text("task.motion_file", self.motion_file, what="a clip file or directory, or null")
+            name, clip = check_motion_file(self.motion_file).shortest()
+            self._shortest_clip = (name, clip.duration)
+
+    def check_with_sim(self, sim: Any) -> None:
+        """What depends on the simulator's settings: an episode lasts at least one control step, every clip
+        MIN_CLIP_CONTROL_STEPS (the clips' fields themselves were checked with the config)."""
+        check_control_steps("task.episode_length_s", self.episode_length_s, sim.control_dt)
+        if self._shortest_clip is not None:
+            name, seconds = self._shortest_clip
+            need = MIN_CLIP_CONTROL_STEPS * sim.control_dt
+            require(seconds >= need - 1e-9, "task.motion_file", self.motion_file,
+                    f"clips of at least {MIN_CLIP_CONTROL_STEPS} control steps of {sim.control_dt:g} s = {need:g} s "
+                    f"(sim.timestep x sim.decimation); clip {name!r} lasts {seconds:g} s, from its first frame to its "
+                    "last (fields 'joint_pos' frames and 'fps')")
+
+    def build_model(self):
+        """This task's MuJoCo model (compiled from the G1 spec in milliseconds, no Warp): what its env simulates.
+        Its solver cap is task.solver_iterations (the backend's sim.iterations, where set, wins)."""
+        from unilab.assets import g1
+
+        model = g1.build_g1_model(self_collisions=self.self_collisions)
+        model.opt.iterations = self.solver_iterations
+        return model
+
+    def transition_dims(self) -> tuple[int, int, int]:
+        """(obs, critic obs, action) sizes of a transition, as the env's observation terms make them (a test
+        holds them to the env's): the replay's row at compose, before any env exists."""
+        from unilab.assets.g1 import G1_JOINT_NAMES, G1_TRACKING_BODIES
+
+        j = len(G1_JOINT_NAMES)
+        # reference joint pos and vel; anchor position and 6D orientation; root velocities; joint pos, vel and the
+        # last action
+        obs = 2 * j + 3 + 6 + 3 + 3 + 3 * j
+        return obs, obs + (3 + 6) * len(G1_TRACKING_BODIES), j  # critic: + every tracked body's pose (3 + 6D)
 
 
 def check_action_scale(value: Any) -> None:
@@ -212,24 +260,21 @@ def check_action_scale(value: Any) -> None:
         one_of("task.action_scale", value, ("per_joint",))
         return
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    require(ok and math.isfinite(value) and value > 0, "task.action_scale", value, "per_joint or a number > 0 (rad)")
-
-
-def non_negative(key: str, value: float) -> None:
-    require(isinstance(value, (int, float)) and math.isfinite(value) and value >= 0, key, value,
-            "a finite number >= 0")
+    require(ok and math.isfinite(value) and 0 < value <= 2 * math.pi, "task.action_scale", value,
+            "per_joint or a number in (0, 2 pi] (rad)")
 
 
 def check_motion_file(path: str):
-    """Load the clip(s) as the env will (every field, the bodies the task tracks): a missing or invalid file
-    fails when the config is composed, not in the collector. Returns the MotionLibrary it loaded."""
-    from unilab.assets.g1 import G1_ANCHOR_BODY, G1_END_EFFECTORS, G1_TRACKING_BODIES
+    """Load the clip(s) as the env will (every field, the bodies the task tracks, the G1's joints): a missing or
+    invalid file fails when the config is composed, not in the collector. Returns the MotionLibrary it loaded."""
+    from unilab.assets.g1 import G1_ANCHOR_BODY, G1_END_EFFECTORS, G1_JOINT_NAMES, G1_TRACKING_BODIES
     from unilab.motion.clip import MotionClipError
     from unilab.motion.library import load_motion_library
 
     try:
         return load_motion_library(path, body_names=list(dict.fromkeys([*G1_TRACKING_BODIES, G1_ANCHOR_BODY,
-                                                                     *G1_END_EFFECTORS])))
+                                                                     *G1_END_EFFECTORS])),
+                                   num_joints=len(G1_JOINT_NAMES), joint_names=G1_JOINT_NAMES)
     except MotionClipError as exc:
         raise ValueError(f"task.motion_file={path!r}: expected a G1 motion clip (.npz) or a directory of them "
                          f"(see unilab/motion/clip.py; `unilab motion synth` writes one): {exc}") from None

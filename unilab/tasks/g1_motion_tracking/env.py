@@ -43,8 +43,7 @@ def _unique(names) -> list[str]:
 
 class G1MotionTrackingEnv(TaskEnv):
     def __init__(self, cfg: G1MotionTrackingConfig, sim_cfg, device: str = "cpu", seed: int = 0):
-        model = g1.build_g1_model(self_collisions=cfg.self_collisions)
-        model.opt.iterations = cfg.solver_iterations  # the backend's sim.iterations, where set, wins
+        model = cfg.build_model()  # the model the compose checks sized (unilab.config.sizes)
         # Bodies: the tracked ones first, then anchor / root / end effectors if not among them.
         free = np.flatnonzero(model.jnt_type == mujoco.mjtJoint.mjJNT_FREE)
         root = model.body(model.jnt_bodyid[free[0]]).name
@@ -53,7 +52,8 @@ class G1MotionTrackingEnv(TaskEnv):
         self.part_names = {"body_pos": tuple(self.tracking_bodies), "joint_pos": tuple(g1.G1_JOINT_NAMES)}
         # The clips are read before the backend compiles its kernels, so a bad file fails fast.
         path = cfg.motion_file if cfg.motion_file is not None else default_clip_path()
-        self.motion = load_motion_library(path, body_names=self.body_names, num_joints=model.nu)
+        self.motion = load_motion_library(path, body_names=self.body_names, num_joints=model.nu,
+                                          joint_names=g1.G1_JOINT_NAMES)
 
         super().__init__(cfg, sim_cfg, model, device, seed)
         self.reward_weights = dataclasses.asdict(cfg.rewards.weights)

@@ -7,9 +7,15 @@ multiplies each weighted term by the control step dt, as in legged_gym / mjlab.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import Any
 
-from unilab.checks import at_least_one
+from unilab.checks import at_least_one, non_negative, number_in, one_of, ordered_pair
+from unilab.tasks.config_checks import (MAX_EPISODE_S, MAX_HEIGHT, MAX_SPEED, MAX_STD, check_control_steps,
+                                        check_range_pairs, check_reward_weights)
+
+ACTION_BOUNDS = ("joint_limits", "uniform")
 
 
 @dataclass
@@ -115,4 +121,60 @@ class G1WalkFlatConfig:
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
 
     def __post_init__(self) -> None:
-        at_least_one("task", self, ("num_envs",))
+        at_least_one("task", self, ("num_envs",))  # its upper bound: the simulator's sizes (unilab.config.sizes)
+        number_in("task.episode_length_s", self.episode_length_s, 0, MAX_EPISODE_S, "seconds", low_open=True)
+        one_of("task.action_bounds", self.action_bounds, ACTION_BOUNDS)
+        number_in("task.action_scale", self.action_scale, 0, 2 * math.pi, "rad per unit action", low_open=True)
+        c = self.commands
+        for name in ("lin_vel_x", "lin_vel_y", "ang_vel_z"):
+            ordered_pair(f"task.commands.{name}", getattr(c, name), -MAX_SPEED, MAX_SPEED)
+        ordered_pair("task.commands.resampling_time_s", c.resampling_time_s, 0, MAX_EPISODE_S, low_open=True)
+        number_in("task.commands.standing_fraction", c.standing_fraction, 0, 1, "a share of the resamples")
+        for name in ("min_lin_speed", "min_ang_speed"):
+            non_negative(f"task.commands.{name}", getattr(c, name), MAX_SPEED)
+        self._check_rewards()
+        number_in("task.terminations.min_base_height", self.terminations.min_base_height, 0, MAX_HEIGHT, "m")
+        number_in("task.terminations.max_tilt_rad", self.terminations.max_tilt_rad, 0, math.pi, low_open=True)
+        o = self.observations
+        for name in ("ang_vel_scale", "joint_vel_scale", "lin_vel_scale", "noise_scale", "ang_vel_noise",
+                     "gravity_noise", "joint_pos_noise", "joint_vel_noise"):
+            non_negative(f"task.observations.{name}", getattr(o, name), MAX_STD)
+        number_in("task.observations.clip", o.clip, 0, 1e6, "scaled units", low_open=True)
+        rnd = self.randomization
+        non_negative("task.randomization.reset_joint_pos_noise", rnd.reset_joint_pos_noise, math.pi)
+        non_negative("task.randomization.reset_base_yaw", rnd.reset_base_yaw, 2 * math.pi)
+        for name in ("reset_base_vel_noise", "push_max_vel_xy"):
+            non_negative(f"task.randomization.{name}", getattr(rnd, name), MAX_SPEED)
+        check_range_pairs("task.randomization", rnd)
+
+    def _check_rewards(self) -> None:
+        r = self.rewards
+        check_reward_weights(r.weights)
+        number_in("task.rewards.tracking_std", r.tracking_std, 0, MAX_STD, low_open=True)
+        if r.base_height_target is not None:
+            number_in("task.rewards.base_height_target", r.base_height_target, 0, MAX_HEIGHT, "m, or null",
+                      low_open=True)
+        number_in("task.rewards.gait_period_s", r.gait_period_s, 0, MAX_EPISODE_S, low_open=True)
+        number_in("task.rewards.stance_fraction", r.stance_fraction, 0, 1, "a share of the gait cycle")
+        non_negative("task.rewards.swing_height", r.swing_height, MAX_HEIGHT)
+        number_in("task.rewards.soft_joint_limit_factor", r.soft_joint_limit_factor, 0, 1, low_open=True)
+        non_negative("task.rewards.min_feet_distance", r.min_feet_distance, MAX_HEIGHT)
+
+    def check_with_sim(self, sim: Any) -> None:
+        """What depends on the simulator's settings: an episode lasts at least one control step."""
+        check_control_steps("task.episode_length_s", self.episode_length_s, sim.control_dt)
+
+    def build_model(self):
+        """This task's MuJoCo model (compiled from the G1 spec in milliseconds, no Warp): what its env simulates."""
+        from unilab.assets import g1
+
+        return g1.build_g1_model()
+
+    def transition_dims(self) -> tuple[int, int, int]:
+        """(obs, critic obs, action) sizes of a transition, as the env's observation terms make them (a test
+        holds them to the env's): the replay's row at compose, before any env exists."""
+        from unilab.assets.g1 import G1_JOINT_NAMES
+
+        j = len(G1_JOINT_NAMES)
+        obs = 3 + 3 + 3 * j + 3 + 2  # angular velocity, gravity; joint pos, vel, last action; command; gait phase
+        return obs, obs + 3 + 2 + 2 + 1, j  # critic: + linear velocity, foot contacts and heights, base height

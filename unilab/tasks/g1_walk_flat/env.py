@@ -27,7 +27,7 @@ _UPPER_BODY_PREFIXES = ("waist_", "left_shoulder", "right_shoulder", "left_elbow
 
 class G1WalkFlatEnv(TaskEnv):
     def __init__(self, cfg: G1WalkFlatConfig, sim_cfg, device: str = "cpu", seed: int = 0):
-        model = g1.build_g1_model()
+        model = cfg.build_model()  # the model the compose checks sized (unilab.config.sizes)
         super().__init__(cfg, sim_cfg, model, device, seed)
         self.reward_weights = dataclasses.asdict(cfg.rewards.weights)
         dev, n = self.device, self.num_envs
