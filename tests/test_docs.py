@@ -382,6 +382,23 @@ def test_every_english_page_has_a_chinese_twin():
     assert en == zh
 
 
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_page_list_names_every_page(lang):
+    # a page that the docs' index does not list is a page nobody finds
+    pages = {p.name for p in (ROOT / "docs" / lang).glob("*.md")} - {"README.md"}
+    index = (ROOT / "docs" / lang / "README.md").read_text()
+    missing = sorted(name for name in pages if f"]({name})" not in index)
+    assert pages and not missing, f"docs/{lang}/README.md does not list: {', '.join(missing)}"
+
+
+def test_the_history_index_names_every_history_page():
+    history = ROOT / "docs" / "history"
+    pages = {p.name for p in history.glob("*.md")} - {"README.md"}
+    index = (history / "README.md").read_text()
+    missing = sorted(name for name in pages if f"]({name})" not in index)
+    assert pages and not missing, f"docs/history/README.md does not list: {', '.join(missing)}"
+
+
 # ---------------------------------------------------------------- links between pages
 
 def _slug(heading: str) -> str:
