@@ -18,7 +18,7 @@ import time
 import traceback
 from collections import deque
 
-from unilab.algos.config import rows_before_first_update
+from unilab.algos.config import first_update
 from unilab.algos.transition import TRANSITION_FIELDS
 from unilab.mps.gemm_check import check_under_thread_share, weight_products
 from unilab.rundir.layout import POLICY_ONNX_FILE
@@ -216,9 +216,8 @@ class LearnerLoop:
         spec, dims, device, algo = self.spec, self.dims, self.device, self.spec.algo
         self.learner = make_learner(algo, dims.obs_dim, dims.critic_obs_dim, dims.action_dim, device, spec.seed,
                                     num_envs=dims.num_envs)
-        batch = algo.batch_size  # FlashSAC's critics see the batch and its successors stacked: 2x
         check_under_thread_share(device, "learner", shapes=weight_products(
-            (self.learner.actor, self.learner.critic), (batch, 2 * batch, dims.num_envs)))
+            (self.learner.actor, self.learner.critic), self.learner.gemm_batches(dims.num_envs)))
         self.iteration = spec.start_iteration
         self.env_steps = 0
         self.trained_once = False
@@ -266,7 +265,7 @@ class LearnerLoop:
         self._last_progress = -math.inf
         self._last_sps: float | None = None
         # the replay fill before the first update, reported by quarters (a resume reports its refill instead)
-        self._fill_target = rows_before_first_update(algo, self.dims.num_envs * self.dims.ticks_per_slot)
+        self._fill_target = first_update(algo, self.dims.num_envs * self.dims.ticks_per_slot).rows
         self._fill_reported = 0 if not self.min_replay_to_update and self.learning_starts else 4
         self._first_update_s: float | None = None
         cuda = device.type == "cuda"
