@@ -107,24 +107,6 @@ def _report_world_failure(exc: BaseException, watch, name: str, to_launcher) -> 
         watch.leave("failed", f"the {name} raised {type(exc).__name__}: {last_line(str(exc), ERROR_CHARS)}")
 
 
-def refill_target(capacity: int, fraction: float, collectable: int) -> int:
-    """Transitions a resumed run collects before its first update: `fraction` of the replay, capped at half
-    of what the remaining iterations collect, so the resumed segment trains for at least its second half."""
-    return max(0, min(int(capacity * fraction), capacity, collectable // 2))
-
-
-def check_dims(state: dict, dims: dict, path: str) -> None:
-    """A checkpoint whose observation or action sizes differ from this run's is refused: loading it would
-    zero-pad or crop the weights silently (old checkpoints without the record are checked by load_state_dict)."""
-    saved = state.get("dims")
-    if not saved:
-        return
-    differing = [f"{k}: checkpoint {saved.get(k)}, now {v}" for k, v in dims.items() if saved.get(k) != v]
-    if differing:
-        raise ValueError(f"{path} was trained with other observation/action sizes ({'; '.join(differing)}): "
-                         "resume it with the task settings it was trained with, or start a new run")
-
-
 def wait_for_go(go_event, timeout_s: float, stop_event=None, name: str = "learner") -> None:
     """Block until the launcher has verified every child (MPS attachment included); a stop request
     (stop event, SIGTERM) or the launcher's death ends the wait within messages.WATCH_S."""
@@ -211,7 +193,7 @@ class LearnerLoop:
     def _build_learner(self) -> None:
         """The algorithm's learner (checked under the MPS thread share), restored when resuming."""
         from unilab.algos.base import make_learner
-        from unilab.rundir.checkpoint import load_checkpoint
+        from unilab.rundir.resume import refill_target, restore
 
         spec, dims, device, algo = self.spec, self.dims, self.device, self.spec.algo
         self.learner = make_learner(algo, dims.obs_dim, dims.critic_obs_dim, dims.action_dim, device, spec.seed,
@@ -223,11 +205,7 @@ class LearnerLoop:
         self.trained_once = False
         self.min_replay_to_update = 0
         if spec.resume:
-            state = load_checkpoint(spec.resume.checkpoint, device)
-            check_dims(state, self.checkpoint_meta()["dims"], spec.resume.checkpoint)
-            self.learner.load_state_dict(state["learner"])
-            self.iteration = int(state["iteration"])
-            self.env_steps = int(state["env_steps"])
+            self.iteration, self.env_steps = restore(self.learner, spec.resume, device, self.checkpoint_meta()["dims"])
             # Act with the restored policy at once, but let the (empty) replay refill before updating:
             # a few thousand fresh samples and a full update cycle would overfit and wreck the policy.
             self.learner.publish_policy()
@@ -490,12 +468,10 @@ class LearnerLoop:
         prune_checkpoints(self.spec.run_dir, self.spec.training.keep_checkpoints, path)
 
     def checkpoint_meta(self) -> dict:
-        """What shaped the weights, for the checks of a resume (unilab.launcher.prepare, check_dims)."""
-        from unilab.rundir.run_config import structure_of
+        """What shaped the weights, for the checks of a resume (unilab.rundir.resume)."""
+        from unilab.rundir.resume import weights_record
 
-        dims = {"obs_dim": self.dims.obs_dim, "critic_obs_dim": self.dims.critic_obs_dim,
-                "action_dim": self.dims.action_dim}
-        return {"config": structure_of(self.spec.config.values), "dims": dims}
+        return weights_record(self.spec.config.values, self.dims)
 
     def leave_collector(self) -> None:
         """This process's GPU work has ended and the collector is told so (shared.leave_peer); once only."""
