@@ -173,7 +173,7 @@ def test_the_learner_prunes_with_training_keep_checkpoints(tmp_path):
         training = SimpleNamespace(keep_checkpoints=2)
         loop = SimpleNamespace(spec=SimpleNamespace(rank=0, run_dir=tmp_path, training=training),
                                device=SimpleNamespace(type="cpu"), iteration=iteration, env_steps=8 * iteration,
-                               learner=SimpleNamespace(state_dict=lambda: {"w": 1}), checkpoint_meta=lambda: {})
+                               learner=SimpleNamespace(state_dict=lambda: {"w": 1}), weights_record={})
         LearnerLoop.save(loop)
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("iter_*.pt")) == ["iter_0000002.pt", "iter_0000003.pt"]
 
