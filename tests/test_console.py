@@ -17,7 +17,7 @@ from unilab.launcher.supervisor import DEAD_CHILD_GRACE_S, Supervisor
 from unilab.mps.errors import names_mps_failure
 from unilab.rundir.summary import RunSummary
 from unilab.runtime.child_log import stderr_log_name
-from unilab.runtime.learner import RollingEpisodes
+from unilab.runtime.learner_report import RollingEpisodes
 from unilab.runtime.protocol import Failed, Phase, Progress
 
 

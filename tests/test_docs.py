@@ -218,10 +218,8 @@ def _iteration_keys() -> set[str]:
     from unilab.rundir.metrics import METRIC_KEYS
 
     keys = set(METRIC_KEYS)
-    log = _function(_tree("unilab/runtime/learner.py"), "_log_oldest")
-    values = next(n.value for n in ast.walk(log) if isinstance(n, ast.Assign)
-                  and any(isinstance(t, ast.Name) and t.id == "values" for t in n.targets))
-    keys |= _dict_keys(values)
+    row = _function(_tree("unilab/runtime/learner_report.py"), "iteration_values")  # the keys beyond METRIC_KEYS
+    keys |= {k for n in ast.walk(row) if isinstance(n, ast.Dict) for k in _dict_keys(n)}
     collector = _tree("unilab/runtime/collector.py")
     for name in ("_chunk_timings", "_sim_checks"):
         keys |= {k for n in ast.walk(_function(collector, name)) if isinstance(n, ast.Dict) for k in _dict_keys(n)}

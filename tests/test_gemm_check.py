@@ -95,3 +95,43 @@ def test_a_learner_shape_outside_the_fixed_ones_fails_closed():
     with pytest.raises(HalfPrecisionGemmError, match=r"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30 .* \(16, 24\)@\(24, 32\)"):
         check_half_gemm(CPU, "learner", "30", shapes=shapes, matmul=broken_for_obs_width)
     check_half_gemm(CPU, "learner", "30", matmul=broken_for_obs_width, shapes=SMALL)  # the fixed shapes miss it
+
+
+def _rows_seen(modules) -> tuple[set[int], list]:
+    """The row counts of the inputs to every layer of `modules` whose weight makes a matrix product (what
+    weight_products takes), recorded by forward pre-hooks."""
+    rows: set[int] = set()
+
+    def record(_module, args):
+        rows.add(args[0].shape[-2])
+
+    hooks = [m.register_forward_pre_hook(record) for module in modules for m in module.modules()
+             if any(w.dim() in (2, 3) and min(w.shape[-2:]) > 1 for w in m.parameters(recurse=False))]
+    return rows, hooks
+
+
+@pytest.mark.parametrize("algo", ["fastsac", "flashsac", "warpsac"])
+def test_the_learner_names_the_batches_its_products_see(algo):
+    """gemm_batches, what the learner role's self-check tries, covers the rows of every weight product of an
+    update and of acting: FlashSAC's (and WarpSAC's) critics see the batch and its successors stacked."""
+    from unilab.algos.base import make_learner
+    from unilab.algos.fastsac.config import FastSACConfig
+    from unilab.algos.flashsac.config import FlashSACConfig
+    from unilab.algos.warpsac.config import WarpSACConfig
+
+    envs, batch = 12, 16
+    config = {"fastsac": FastSACConfig, "flashsac": FlashSACConfig, "warpsac": WarpSACConfig}[algo]
+    cfg = config(batch_size=batch, updates_per_step=2, replay_capacity=64, learning_starts=1, critic_hidden_dim=16,
+                 actor_hidden_dim=16, num_atoms=11, bf16=False, cuda_graph=False, compile=False)
+    lrn = make_learner(cfg, 5, 7, 3, CPU, seed=0, num_envs=envs)
+    rows = {"obs": (5,), "critic_obs": (7,), "action": (3,), "reward": (), "next_obs": (5,), "next_critic_obs": (7,),
+            "terminated": ()}
+    lrn.add({k: torch.rand(2 * envs, *shape) for k, shape in rows.items()})
+    seen, hooks = _rows_seen([lrn.actor, lrn.critic, lrn.acting])
+    lrn.update()
+    lrn.publish_policy()
+    lrn.act(torch.rand(envs, 5))
+    for hook in hooks:
+        hook.remove()
+    assert 2 * batch in seen or algo == "fastsac"  # the stacked critic input was seen, so it is checked
+    assert seen <= set(lrn.gemm_batches(envs)), (sorted(seen), lrn.gemm_batches(envs))

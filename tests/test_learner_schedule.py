@@ -4,12 +4,17 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import pytest
 import torch
 
-from unilab.runtime.learner import LearnerLoop
+from unilab.algos.config import FirstUpdate
 from unilab.algos.transition import TRANSITION_FIELDS
-from unilab.runtime.protocol import EPISODE_STATS, LOSSES, MAX_TASK_METRICS, IterationStats
-from unilab.runtime.timing import Stamp
+from unilab.runtime.learner import LearnerLoop
+from unilab.runtime.learner_report import IterationLog, UpdateStart
+from unilab.runtime.protocol import EPISODE_STATS, MAX_TASK_METRICS, IterationStats
+from unilab.runtime.shared import CollectorLink
 
 ROWS = 8  # transitions per slot
 
@@ -47,34 +52,34 @@ class NoEvent:
     def record(self, stream=None) -> None: ...
 
 
-def loop(update_before_ingest: bool, batch: int = ROWS) -> LearnerLoop:
+def loop(update_before_ingest: bool, batch: int = ROWS, learner=None, rule: FirstUpdate | None = None) -> LearnerLoop:
     lp = LearnerLoop.__new__(LearnerLoop)  # the phase only, without a collector to connect to
     cpu = torch.device("cpu")
-    lp.torch, lp.upd_stream, lp.update_before_ingest = torch, None, update_before_ingest
-    lp.learner = RecordingLearner(batch)
-    lp.iteration = lp.segment_start = lp.learning_starts = lp.min_replay_to_update = 0
-    lp.trained_once, lp._first_update_s = False, None
+    lp.torch, lp.upd_stream = torch, None
+    lp.spec = SimpleNamespace(training=SimpleNamespace(update_before_ingest=update_before_ingest))
+    lp.learner = learner or RecordingLearner(batch)
+    lp.iteration = 0
+    rule = rule or FirstUpdate(rows=batch, iterations=0, rows_per_iteration=ROWS)
+    lp.update_start = UpdateStart(rule, 0, 0, lambda text: None)
+    lp.trained_once = False
     lp.phase = lambda text: None
-    lp.slots = [{**{k: torch.zeros(ROWS, 1) for k in TRANSITION_FIELDS},
-                 "episode_stats": torch.tensor([float(s)] + [0.0] * (len(EPISODE_STATS) - 1)),  # s episodes ended
-                 "task_metrics": torch.zeros(MAX_TASK_METRICS)} for s in range(2)]
-    lp.slot_ready, lp.slot_free = [NoEvent(), NoEvent()], [NoEvent(), NoEvent()]
-    lp.to_collector = Sink()
-    lp.published = [Stamp(cpu) for _ in range(3)]
-    lp.host_stats = [torch.zeros(IterationStats.SIZE) for _ in range(3)]
-    lp._flags = torch.tensor([[1.0, 0.0], [0.0, 0.0]])
-    lp._nan3 = torch.full((len(LOSSES),), float("nan"))
+    lp.link = CollectorLink.__new__(CollectorLink)
+    lp.link.slots = [{**{k: torch.zeros(ROWS, 1) for k in TRANSITION_FIELDS},
+                      "episode_stats": torch.tensor([float(s)] + [0.0] * (len(EPISODE_STATS) - 1)),  # s episodes ended
+                      "task_metrics": torch.zeros(MAX_TASK_METRICS)} for s in range(2)]
+    lp.link.slot_ready, lp.link.slot_free = [NoEvent(), NoEvent()], [NoEvent(), NoEvent()]
+    lp.link.to_collector = Sink()
+    lp.log = IterationLog(cpu, ROWS, 3, metrics=None, nan_guard=None, progress=None)  # rows are not written here
     return lp
 
 
 def run_phases(lp: LearnerLoop, n: int) -> list[IterationStats]:
     stats = []
     for i in range(n):
-        st = {name: Stamp(torch.device("cpu")) for name in ("inf_start", "inf_end", "train_start", "update_end",
-                                                            "train_end")}
+        st = lp.log.stamps_of(i)
         lp._update_phase(i % 2, st)
         assert st["train_start"].t <= st["update_end"].t <= st["train_end"].t
-        stats.append(IterationStats.unpack(lp.host_stats[i % 3].tolist()))
+        stats.append(IterationStats.unpack(lp.log.host_stats[i % 3].tolist()))
         lp.iteration += 1
     return stats
 
@@ -100,6 +105,29 @@ def test_update_before_ingest_samples_the_replay_as_it_stood_and_ingests_after()
     assert [s.trained for s in stats] == [False, True, True]
     assert stats[1].losses == (1.0, 2.0, 0.5) and all(x != x for x in stats[0].losses)  # NaN when not trained
     # every slot is still handed back once, and its statistics are the ones of that slot
-    assert [m.slot for m in lp.to_collector] == [0, 1, 0]
+    assert [m.slot for m in lp.link.to_collector] == [0, 1, 0]
     assert [s.episodes_finished for s in stats] == [0.0, 1.0, 0.0]
     assert lp.learner.replay.size == 3 * ROWS
+
+
+@pytest.mark.parametrize("batch, learning_starts, update_first, ingest_first", [
+    (40, 3, 5, 4),  # the batch decides
+    (8, 3, 3, 3),  # learning_starts decides; ingesting first, the loop still waits for its iterations
+    (8, 0, 1, 0),
+])
+def test_the_first_update_follows_the_one_rule(batch, learning_starts, update_first, ingest_first):
+    """A real learner's ready() and the loop's gate follow algos.config.first_update: by default the first update
+    comes at the rule's `iteration`, the count `unilab warmup` trains past."""
+    from unilab.algos.base import make_learner
+    from unilab.algos.config import first_update
+    from unilab.algos.fastsac.config import FastSACConfig
+
+    cfg = FastSACConfig(batch_size=batch, learning_starts=learning_starts, updates_per_step=1, policy_delay=1,
+                        replay_capacity=128, critic_hidden_dim=16, actor_hidden_dim=16, num_atoms=11, bf16=False,
+                        cuda_graph=False, compile=False)
+    rule = first_update(cfg, ROWS)
+    assert rule.iteration == update_first
+    for before_ingest, expected in ((True, update_first), (False, ingest_first)):
+        learner = make_learner(cfg, 1, 1, 1, torch.device("cpu"), seed=0)
+        trained = [s.trained for s in run_phases(loop(before_ingest, learner=learner, rule=rule), 7)]
+        assert trained == [False] * expected + [True] * (7 - expected), before_ingest

@@ -20,11 +20,11 @@ def _must_not(what: str):
 
 def test_a_stop_whose_gpu_work_does_not_end_reports_instead_of_waiting_or_saving():
     loop = SimpleNamespace(
-        spec=SimpleNamespace(stall_timeout_s=120.0, world_size=2), iteration=37,
+        spec=SimpleNamespace(training=SimpleNamespace(stall_timeout_s=120.0), world_size=2), iteration=37,
         summary=lambda status: {"status": status, "iterations": 37},
         _gpu_work_ends=lambda timeout_s: False,  # the host fact: an update stuck in an NCCL all-reduce
         leave_collector=_must_not("leave_collector (a device synchronisation)"), save=_must_not("save"),
-        _log_oldest=_must_not("_log_oldest"), pending=[{"iteration": 35}])
+        log=SimpleNamespace(flush=_must_not("log.flush"), pending=[{"iteration": 35}]))
     out = LearnerLoop.save_on_stop(loop)
     assert out["status"] == "interrupted" and out["iterations"] == 37
     (error,) = out["stop_errors"]

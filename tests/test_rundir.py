@@ -208,7 +208,7 @@ def test_the_learner_prunes_with_training_keep_checkpoints(tmp_path):
         training = SimpleNamespace(keep_checkpoints=2)
         loop = SimpleNamespace(spec=SimpleNamespace(rank=0, run_dir=tmp_path, training=training),
                                device=SimpleNamespace(type="cpu"), iteration=iteration, env_steps=8 * iteration,
-                               learner=SimpleNamespace(state_dict=lambda: {"w": 1}), checkpoint_meta=lambda: {})
+                               learner=SimpleNamespace(state_dict=lambda: {"w": 1}), weights_record={})
         LearnerLoop.save(loop)
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("iter_*.pt")) == ["iter_0000002.pt", "iter_0000003.pt"]
 
@@ -308,7 +308,7 @@ def test_the_mount_point_of_a_path(tmp_path):
 
 
 def test_the_resume_refill_is_capped_by_what_the_remaining_iterations_collect():
-    from unilab.runtime.learner import refill_target
+    from unilab.rundir.resume import refill_target
 
     assert refill_target(100_000, 1.0, collectable=20 * 16) == 160  # cpu_smoke resumed for 20 more iterations
     assert refill_target(100_000, 0.25, collectable=10**9) == 25_000
@@ -316,12 +316,34 @@ def test_the_resume_refill_is_capped_by_what_the_remaining_iterations_collect():
 
 
 def test_a_checkpoint_of_other_observation_sizes_is_refused_not_padded():
-    from unilab.runtime.learner import check_dims
+    from unilab.rundir.resume import check_dims
 
     state = {"dims": {"obs_dim": 45, "critic_obs_dim": 48, "action_dim": 12}}
     check_dims(state, {"obs_dim": 45, "critic_obs_dim": 48, "action_dim": 12}, "iter_0000010.pt")
     with pytest.raises(ValueError, match="obs_dim: checkpoint 45, now 47"):
         check_dims(state, {"obs_dim": 47, "critic_obs_dim": 48, "action_dim": 12}, "iter_0000010.pt")
+
+
+def test_a_checkpoint_records_what_shaped_it_and_restores_only_into_those_sizes(tmp_path):
+    """weights_record is what every checkpoint carries for a resume's checks; restore refuses other sizes before
+    it loads anything."""
+    from types import SimpleNamespace
+
+    from unilab.rundir.checkpoint import save_checkpoint
+    from unilab.rundir.resume import ResumePoint, restore, weights_record
+
+    dims = SimpleNamespace(num_envs=16, ticks_per_slot=1, obs_dim=45, critic_obs_dim=48, action_dim=12)
+    config = {"algo": {"name": "fastsac", "critic_hidden_dim": 64, "lr": 3e-4}, "task": {"name": "g1_walk_flat"}}
+    record = weights_record(config, dims)
+    assert record == {"config": {"algo.name": "fastsac", "algo.critic_hidden_dim": 64, "task.name": "g1_walk_flat"},
+                      "dims": {"obs_dim": 45, "critic_obs_dim": 48, "action_dim": 12}}
+    point = ResumePoint(str(save_checkpoint(tmp_path, 10, 160, {"w": 1}, meta=record)), 10)
+    loaded: list[dict] = []
+    learner = SimpleNamespace(load_state_dict=loaded.append)
+    with pytest.raises(ValueError, match="obs_dim: checkpoint 45, now 47"):
+        restore(learner, point, "cpu", {**record["dims"], "obs_dim": 47})
+    assert loaded == []
+    assert restore(learner, point, "cpu", record["dims"]) == (10, 160) and loaded == [{"w": 1}]
 
 
 def test_the_summary_holds_the_mean_env_steps_per_s(tmp_path):

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from unilab.algos.config import with_renamed_keys
+from unilab.algos.config import first_update, with_renamed_keys
 from unilab.algos.distributed import GradAllReduce, broadcast_, dp_active
 from unilab.algos.replay import ReplayBuffer
 from unilab.algos.transition import transition_shapes
@@ -51,7 +51,8 @@ class OffPolicyLearner(ABC):
     `add`), `_compile_step_functions`, `_actor_schedule`, `_sample_indices`, `_after_critic_step` (the
     target update), `_after_actor_step`, `_actor_metrics`, `_cycle_end_metrics`, `_publish`, `_act`, and
     the checkpoint hooks `_extra_state`, `_load_extra_state`, `_optimiser_state`, `_load_optimiser`,
-    `_upgrade_checkpoint`; and `policy_before_critic`, the order within a step.
+    `_upgrade_checkpoint`; `gemm_batches`, where its networks see other batches; and
+    `policy_before_critic`, the order within a step.
     """
 
     # What update() returns, in this order: means over the cycle's steps, or `_cycle_end_metrics`.
@@ -160,8 +161,15 @@ class OffPolicyLearner(ABC):
         """Running statistics of the stored rows (observation or reward normalisers); none in plain SAC."""
 
     def ready(self) -> bool:
-        """Whether the replay holds enough samples to start updating (host-side ints only)."""
-        return self.replay.size >= max(self.cfg.batch_size, self.cfg.learning_starts * self._chunk)
+        """Whether the replay holds enough samples to start updating: the first-update rule's rows, one add() an
+        iteration (host-side ints only)."""
+        return self.replay.size >= first_update(self.cfg, self._chunk).rows
+
+    def gemm_batches(self, num_envs: int) -> tuple[int, ...]:
+        """The row counts the actor's and the critic's matrix products see, for the half-precision self-check
+        under an MPS thread share (unilab.mps.gemm_check.weight_products): the update's batch, and acting on
+        `num_envs` observations."""
+        return (int(self.cfg.batch_size), num_envs)
 
     # ------------------------------------------------------------------ training
 

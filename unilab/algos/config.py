@@ -42,7 +42,8 @@ class OffPolicyAlgoConfig:
     batch_size: int = 8192
     updates_per_step: int = 8
     replay_capacity: int = 1_000_000
-    # Updates start once the replay holds `batch_size` samples and `learning_starts` adds' worth of rows.
+    # Updates start once the replay holds `batch_size` samples and `learning_starts` adds' worth of rows
+    # (the rule: `first_update` below).
     learning_starts: int = 10
     gamma: float = 0.99
     # Actor and temperature are trained on every `policy_delay`-th gradient step of a cycle.
@@ -136,9 +137,27 @@ class OffPolicyAlgoConfig:
             )
 
 
-def rows_before_first_update(algo: Any, rows_per_iteration: int) -> int:
-    """Replay rows the first update waits for: `batch_size`, and `learning_starts` iterations' worth."""
-    return max(int(algo.batch_size), int(algo.learning_starts) * rows_per_iteration)
+@dataclass(frozen=True)
+class FirstUpdate:
+    """When the updates of a run (or of a resumed segment) start: `first_update`'s answer."""
+
+    rows: int  # replay rows: `batch_size`, and `learning_starts` iterations' worth
+    iterations: int  # iterations of the segment before it: `learning_starts`
+    rows_per_iteration: int
+
+    @property
+    def iteration(self) -> int:
+        """The segment's iteration that makes the first update, where each update samples the replay as it
+        stood before that iteration's rows (training.update_before_ingest)."""
+        return max(self.iterations, -(-self.rows // self.rows_per_iteration))
+
+
+def first_update(algo: Any, rows_per_iteration: int) -> FirstUpdate:
+    """The first-update rule, the one place it is computed (the learner's `ready()`, the learner role's gate
+    and fill report, `unilab warmup`): updates start once the replay holds `batch_size` rows and
+    `learning_starts` iterations' worth, and `learning_starts` iterations of the segment have run."""
+    starts = int(algo.learning_starts)
+    return FirstUpdate(max(int(algo.batch_size), starts * rows_per_iteration), starts, rows_per_iteration)
 
 
 def with_renamed_keys(cfg: Any) -> Any:

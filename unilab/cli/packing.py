@@ -26,7 +26,7 @@ class PackedLauncherConf:
     _target_: str = "hydra_plugins.unilab_packed_launcher.UnilabPackedLauncher"
     max_parallel: int = 2  # P: jobs running at once
     # MiB a job is expected to need on its GPU: the memory guard's floor, raised by the peaks it measures; the
-    # default is a small walk run's measured peak with a margin (docs/en/runtime.md, "Many runs on one GPU")
+    # default is a small walk run's measured peak with a margin (docs/en/many-runs.md)
     job_memory_mib: int = 4608
     # how long a job that does not fit waits for GPU memory before it fails (0: fail at once)
     memory_wait_s: float = 600.0

@@ -27,16 +27,15 @@ OWN_KEYS = ("algo.max_iterations", "training.log_dir", "training.run_name", "tra
 
 
 def _iterations(overrides: list[str]) -> int:
-    """The first update's iteration plus a few, from the composed and validated config: updates start once the
-    replay holds `batch_size` rows and `learning_starts` iterations' worth (unilab.runtime.learner)."""
-    from unilab.algos.config import rows_before_first_update
+    """The first update's iteration plus a few, from the composed and validated config (the first-update rule:
+    unilab.algos.config.first_update)."""
+    from unilab.algos.config import first_update
     from unilab.cli.user_errors import compose_train
     from unilab.config import validate
 
     config = validate(compose_train(overrides)).config
     per_iteration = config.task.num_envs * config.training.env_steps_per_sync
-    fill = rows_before_first_update(config.algo, per_iteration)
-    return max(config.algo.learning_starts, -(-fill // per_iteration)) + AFTER_FIRST_UPDATE
+    return first_update(config.algo, per_iteration).iteration + AFTER_FIRST_UPDATE
 
 
 def warmup(args: argparse.Namespace) -> int:

@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
-from unilab.algos.config import rows_before_first_update
+from unilab.algos.config import first_update
 
 INT32_LIMIT = 2**31  # extents and byte strides must stay below it
 FLOAT_BYTES = 4
@@ -68,7 +68,7 @@ def check_simulator_sizes(task: Any, sim: Any, training: Any) -> None:
 def check_first_update(algo: Any, task: Any, training: Any) -> None:
     """The replay can hold what the first update waits for (else the learner never updates)."""
     rows_per_iteration = task.num_envs * training.env_steps_per_sync
-    need = rows_before_first_update(algo, rows_per_iteration)
+    need = first_update(algo, rows_per_iteration).rows
     if need > algo.replay_capacity:
         raise ValueError(
             f"algo.replay_capacity={algo.replay_capacity}: expected at least {need}, the rows the first update waits "

@@ -22,7 +22,7 @@ from unilab.rundir.create import archive_segment, new_run_dir
 from unilab.rundir.layout import is_run_dir, rank_dir
 from unilab.rundir.manifest import RuntimeManifest
 from unilab.rundir.provenance import source_evidence, version_evidence
-from unilab.rundir.resume import ResumePoint
+from unilab.rundir.resume import ResumePoint, ResumeRefused, ResumeTarget, resume_dir, resume_target
 from unilab.rundir.run_config import write_run_config
 from unilab.world import DistributedContext
 
@@ -43,27 +43,6 @@ class PreparedRun:
 
     def __post_init__(self) -> None:
         self.own_dir = self.own_dir or self.run_dir
-
-
-@dataclass
-class ResumeTarget:
-    run_dir: Path
-    checkpoint: str
-    iteration: int
-    notes: list[str]
-
-
-def _resume_dir(resume: str) -> Path:
-    """The run directory a resume continues (the checkpoints are not read yet)."""
-    from unilab.rundir.checkpoint import find_checkpoint, run_dir_of
-
-    try:
-        run_dir = run_dir_of(find_checkpoint(resume))
-    except (FileNotFoundError, ValueError) as exc:  # ValueError: a latest.pt leading out of checkpoints/
-        raise ConfigError(str(exc)) from exc
-    if not is_run_dir(run_dir):
-        raise ConfigError(f"training.resume={resume}: {run_dir} is not a unilab run directory")
-    return run_dir
 
 
 def _check_fit(found, config: RunConfig, resume: str) -> None:
@@ -88,46 +67,13 @@ def _check_fit(found, config: RunConfig, resume: str) -> None:
 
 
 def _resume_target(resume: str, config: RunConfig) -> ResumeTarget:
-    """Everything a resume needs, checked before the run directory is touched (ConfigError otherwise)."""
-    from unilab.rundir.checkpoint import find_intact_checkpoint, run_dir_of
-    from unilab.rundir.run_config import load_run_config, structure_diff, structure_of
-
+    """Everything a resume needs, checked before the run directory is touched (ConfigError otherwise): the checks
+    of unilab.rundir.resume, with this config's learner's fit in their order."""
     try:
-        found = find_intact_checkpoint(resume)
-    except (FileNotFoundError, ValueError) as exc:
+        return resume_target(resume, config.values, config.algo.max_iterations,
+                             fits=lambda found: _check_fit(found, config, resume))
+    except ResumeRefused as exc:
         raise ConfigError(str(exc)) from exc
-    run_dir = run_dir_of(found.path)
-    if not is_run_dir(run_dir):
-        raise ConfigError(f"training.resume={resume}: {run_dir} is not a unilab run directory")
-    # The checkpoint's own record of what shaped it; a checkpoint from before that record: its run's config.
-    try:
-        theirs = found.state.get("config") or structure_of(load_run_config(run_dir))
-    except ValueError as exc:
-        raise ConfigError(f"training.resume={resume}: {exc}") from exc
-    differing = structure_diff(theirs, structure_of(config.values))
-    if differing:
-        raise ConfigError(f"training.resume={resume}: {found.path.name} was trained with another network or "
-                          "task; resume with the checkpoint's values (or start a new run):\n    "
-                          + "\n    ".join(differing))
-    _check_fit(found, config, resume)
-    max_iterations = config.algo.max_iterations
-    if max_iterations <= found.iteration:
-        raise ConfigError(f"training.resume={resume}: algo.max_iterations={max_iterations} but {found.path.name} "
-                          f"is at iteration {found.iteration}: set algo.max_iterations above {found.iteration}")
-    _check_metrics(run_dir, resume)
-    return ResumeTarget(run_dir, str(found.path), found.iteration, found.notes)
-
-
-def _check_metrics(run_dir: Path, resume: str) -> None:
-    """Every rank's metrics.jsonl reads (a torn last line, from a run killed mid-write, is dropped at the resume)."""
-    from unilab.rundir.layout import METRICS_FILE
-    from unilab.rundir.metrics import MetricsError, read_metrics
-
-    for metrics in sorted(run_dir.glob(f"**/{METRICS_FILE}")):
-        try:
-            read_metrics(metrics.parent, torn_tail_ok=True)
-        except (MetricsError, OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"training.resume={resume}: {exc}; repair or remove that line to resume") from exc
 
 
 def _lock(run_dir: Path):
@@ -251,7 +197,10 @@ def _claim_run_dir(config: RunConfig, name_suffix: str = ""):
     if not resume:
         run_dir = _new_run_dir(config, name_suffix)
         return run_dir, _lock(run_dir), None
-    run_dir = _resume_dir(resume)
+    try:
+        run_dir = resume_dir(resume)
+    except ResumeRefused as exc:
+        raise ConfigError(str(exc)) from exc
     lock = _lock(run_dir)
     try:
         return run_dir, lock, _resume_target(resume, config)

@@ -7,6 +7,7 @@ import json
 import math
 import sys
 import time
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from .layout import METRICS_FILE, TENSORBOARD_DIR
@@ -14,26 +15,33 @@ from .wandb_sink import WandbSettings, WandbSink
 
 METRICS_SCHEMA_VERSION = 1
 
+@dataclass(frozen=True)
+class IterationMetrics:
+    """The values every iteration row carries, in the row's order (METRIC_KEYS); None (null) where not measured
+    yet, e.g. the losses before learning starts. The learner builds it (unilab.runtime.learner_report), the
+    `collector_` times and `ingress_backpressure` from the collector's timings."""
+
+    iteration_ms: float | None
+    env_steps_per_s: float | None
+    learner_train_ms: float | None
+    learner_wait_for_collector_ms: float | None
+    learner_inference_ms: float | None
+    collector_env_step_ms: float | None
+    collector_backend_step_ms: float | None
+    collector_replay_write_ms: float | None
+    collector_wait_for_action_ms: float | None
+    replay_size: float | None
+    ingress_backpressure: float | None
+    episode_return: float | None
+    episode_length: float | None
+    critic_loss: float | None
+    actor_loss: float | None
+    alpha: float | None
+    nan_guard_trips: float | None
+
+
 # Every iteration row carries these keys (null when not measured yet, e.g. before learning starts).
-METRIC_KEYS = (
-    "iteration_ms",
-    "env_steps_per_s",
-    "learner_train_ms",
-    "learner_wait_for_collector_ms",
-    "learner_inference_ms",
-    "collector_env_step_ms",
-    "collector_backend_step_ms",
-    "collector_replay_write_ms",
-    "collector_wait_for_action_ms",
-    "replay_size",
-    "ingress_backpressure",
-    "episode_return",
-    "episode_length",
-    "critic_loss",
-    "actor_loss",
-    "alpha",
-    "nan_guard_trips",
-)
+METRIC_KEYS = tuple(f.name for f in fields(IterationMetrics))
 
 
 def _clean(value):

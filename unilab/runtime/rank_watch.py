@@ -1,4 +1,5 @@
-"""The learners' data-parallel group: joining it, and naming a rank that is gone.
+"""The learners' data-parallel group: joining it, naming a rank that is gone, and checking at the end that the
+ranks trained in step (`ranks_in_sync`).
 
 Joining: `init_method="env://"` with this rank's DistributedContext (MASTER_ADDR/MASTER_PORT: 127.0.0.1 and a
 free port for `training.devices`, torchrun's store under torchrun, the job script's under srun), bounded by
@@ -32,6 +33,7 @@ import torch.distributed as dist
 
 from unilab.world import DistributedContext
 
+from .messages import ParentGone, why_stopped
 from .protocol import WorldFailed, last_line
 
 BEAT_S = 0.5
@@ -182,3 +184,37 @@ def raised_in_torch_distributed(exc: BaseException) -> bool:
     """Whether `exc` came out of torch.distributed (a collective, the store)."""
     frames = traceback.extract_tb(exc.__traceback__)
     return any(f"torch{os.sep}distributed{os.sep}" in frame.filename for frame in frames)
+
+
+def report_failure(exc: BaseException, watch: RankWatch | None, name: str, put: Callable[[WorldFailed], None],
+                   stopping: Callable[[], bool] = lambda: False) -> bool:
+    """Before the traceback: what the launcher names as the cause when the data-parallel run is the
+    failure: a rendezvous that did not form, or another rank gone (a collective that raised, named by the
+    rank watch). Then this rank's mark for the others. Returns whether `exc` is a collective that raised
+    because another rank ended: the watch named it, or this rank is asked to stop as well (`stopping()`)."""
+    if isinstance(exc, RendezvousError):
+        put(WorldFailed(name, str(exc)))
+    if watch is None:
+        return False
+    # when found, the watch has sent the verdict (WorldFailed) already
+    verdict = watch.blame_for(exc, stopping=stopping)
+    peer_ended = raised_in_torch_distributed(exc) and (verdict is not None or stopping())
+    if verdict is not None:
+        watch.leave("stopped", f"after {verdict.cause}")
+    elif isinstance(exc, ParentGone) or peer_ended:
+        watch.leave("stopped", why_stopped())
+    else:
+        watch.leave("failed", f"the {name} raised {type(exc).__name__}: {last_line(str(exc), ERROR_CHARS)}")
+    return peer_ended
+
+
+def ranks_in_sync(actor, world_size: int) -> dict:
+    """All ranks' actor parameters must be identical after training (gradients were averaged)."""
+    import torch
+
+    flat = torch.cat([p.detach().reshape(-1).double() for p in actor.parameters()])
+    gathered = [torch.empty_like(flat) for _ in range(world_size)]
+    dist.all_gather(gathered, flat)
+    in_sync = all(torch.equal(gathered[0], g) for g in gathered[1:])
+    return {"world_size": world_size, "actor_params_equal": bool(in_sync),
+            "actor_param_sums": [float(g.sum()) for g in gathered]}

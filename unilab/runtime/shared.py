@@ -1,4 +1,5 @@
-"""Buffers the collector shares with the learner, and the cross-process ordering of GPU work.
+"""Buffers the collector shares with the learner (the learner's side: `CollectorLink`), and the cross-process
+ordering of GPU work.
 
 On CUDA the tensors travel as CUDA IPC handles and GPU work is ordered with interprocess
 CUDA events: a host message says "tick t is published", the receiver makes its stream wait
@@ -16,7 +17,7 @@ import torch
 from unilab.algos.transition import transition_shapes
 
 from .messages import flush
-from .protocol import EPISODE_STATS, MAX_TASK_METRICS, Released
+from .protocol import EPISODE_STATS, MAX_TASK_METRICS, Buffers, LearnerEvents, Released, SlotFree
 
 # How long a stopping child waits for its peer's Released before it exits anyway: well inside the launcher's
 # STOP_GRACE_S, and enough for a peer that is saving (it releases before it saves).
@@ -31,11 +32,15 @@ class Dims:
     action_dim: int
     ticks_per_slot: int  # env_steps_per_sync
 
+    @property
+    def rows_per_slot(self) -> int:
+        """Transitions a slot holds: one iteration's."""
+        return self.num_envs * self.ticks_per_slot
+
 
 def make_slot(d: Dims, device: torch.device) -> dict[str, torch.Tensor]:
-    rows = d.num_envs * d.ticks_per_slot
     z = lambda *shape: torch.zeros(*shape, device=device)  # noqa: E731
-    slot = {name: z(rows, *shape) for name, shape in transition_shapes(d.obs_dim, d.critic_obs_dim,
+    slot = {name: z(d.rows_per_slot, *shape) for name, shape in transition_shapes(d.obs_dim, d.critic_obs_dim,
                                                                          d.action_dim).items()}
     slot["episode_stats"] = z(len(EPISODE_STATS))  # finished episodes in this chunk: protocol.EPISODE_STATS
     slot["task_metrics"] = z(MAX_TASK_METRICS)
@@ -64,6 +69,32 @@ class CrossProcessEvent:
     def wait(self, stream=None) -> None:
         if self.cuda:
             (stream or torch.cuda.current_stream()).wait_event(self.event)
+
+
+class CollectorLink:
+    """The learner's side of the buffers: the collector's observation and action buffers, its replay-ingress
+    slots and the events that order their use (`Buffers` taken, `LearnerEvents` answered)."""
+
+    def __init__(self, mailbox, device: torch.device, to_collector, timeout_s: float):
+        buffers = mailbox.get(Buffers, phase="startup: waiting for the collector's environment", timeout_s=timeout_s)
+        self.dims, self.obs, self.act, self.slots = buffers.dims, buffers.obs, buffers.act, buffers.slots
+        self.policy_env = buffers.policy_env  # the env's description for policy.onnx (rank 0 exporting), else None
+        self.obs_ready = CrossProcessEvent(device, buffers.obs_ready)
+        self.slot_ready = [CrossProcessEvent(device, h) for h in buffers.slot_ready]
+        self.act_ready = CrossProcessEvent(device)
+        self.slot_free = [CrossProcessEvent(device) for _ in self.slots]
+        self.to_collector = to_collector
+        to_collector.put(LearnerEvents(self.act_ready.handle(), [e.handle() for e in self.slot_free]))
+
+    def take_slot(self, s: int, stream=None) -> dict[str, torch.Tensor]:
+        """Slot `s`, once `stream` waits for the collector's writes to it."""
+        self.slot_ready[s].wait(stream)
+        return self.slots[s]
+
+    def hand_back(self, s: int, stream=None) -> None:
+        """Slot `s` is free for the collector once `stream` has read it."""
+        self.slot_free[s].record(stream)
+        self.to_collector.put(SlotFree(s))
 
 
 def share(t: torch.Tensor) -> torch.Tensor:

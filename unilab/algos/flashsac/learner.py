@@ -108,6 +108,11 @@ class FlashSACLearner(OffPolicyLearner):
     def _update_statistics(self, rows: dict[str, Tensor]) -> None:
         self.reward_norm.update(rows["reward"], rows["terminated"])
 
+    def gemm_batches(self, num_envs: int) -> tuple[int, ...]:
+        """The skeleton's, and twice the batch: the critics see the batch and its successors stacked
+        (`_critic_loss`)."""
+        return (*super().gemm_batches(num_envs), 2 * int(self.cfg.batch_size))
+
     # ------------------------------------------------------------------ losses
 
     def _critic_loss(self, data: dict[str, Tensor], idx: Tensor, alpha: Tensor) -> tuple[Tensor, Tensor]:
