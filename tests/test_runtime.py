@@ -204,10 +204,21 @@ def test_collector_exception_stops_the_learner(tmp_path):
 
 
 def test_learner_exception_ends_the_collector(tmp_path):
-    done = train(tmp_path, "algo.max_iterations=200", "algo.lr=1e30",
-                 "training.nan_guard.enabled=true")
-    assert done.returncode == 1, done.stderr[-4000:]
+    """The learner raises (its NaN guard trips on a critic whose weights are NaN, resumed from a checkpoint that
+    holds them): the run fails naming the learner, and the collector ends too."""
+    import torch
+
+    first = train(tmp_path, "algo.max_iterations=4", "algo.save_interval=4")
+    assert first.returncode == 0, first.stderr[-4000:]
     run = only_run(tmp_path)
+    path = run / "checkpoints" / "iter_0000004.pt"
+    state = torch.load(path, weights_only=True)
+    for name, value in state["learner"]["critic"].items():
+        if value.is_floating_point():
+            value.fill_(float("nan"))
+    torch.save(state, path)
+    done = train(tmp_path, f"training.resume={run}", "algo.max_iterations=200", "training.nan_guard.enabled=true")
+    assert done.returncode == 1, done.stderr[-4000:]
     s = summary(run)
     assert s["status"] == "failed" and s["failed_role"] == "learner", s
     assert "nan guard" in s["traceback"]
@@ -794,8 +805,20 @@ def test_a_full_disk_at_a_checkpoint_is_named_and_leaves_the_last_one(tmp_path):
     assert first.returncode == 0, first.stderr[-4000:]
     run = only_run(tmp_path)
     checkpoints = run / "checkpoints"
-    (checkpoints / "iter_0000008.tmp").symlink_to("/dev/full")  # where the next checkpoint is written first
-    done = train(tmp_path, f"training.resume={run}", "algo.max_iterations=12", "algo.save_interval=4")
+    # Where the next checkpoint is written first: /dev/full, linked once the resume has cleared what saves cut
+    # short left (it would remove a link planted before).
+    plant = ("import os, sys\n"
+             "import unilab.launcher.prepare as prepare\n"
+             "clear = prepare._remove_partial_saves\n"
+             "def cleared(run_dir, target):\n"
+             "    clear(run_dir, target)\n"
+             "    os.symlink('/dev/full', os.path.join(run_dir, 'checkpoints', 'iter_0000008.tmp'))\n"
+             "prepare._remove_partial_saves = cleared\n"
+             "from unilab.cli.train import main\n"
+             "main(sys.argv[1:])\n")
+    cmd = [sys.executable, "-c", plant, *SMOKE, f"training.log_dir={tmp_path}", f"training.resume={run}",
+           "algo.max_iterations=12", "algo.save_interval=4"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 1, done.stderr[-4000:]
     expected = f"no space left on device on {mount_point(checkpoints)}: checkpoint iter_0000008 not written"
     assert expected in done.stderr, done.stderr[-4000:]

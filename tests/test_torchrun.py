@@ -178,13 +178,14 @@ def test_a_killed_launcher_fails_the_other_node_naming_its_rank(tmp_path, nodes)
     (entry,) = read_json(rank1_dir / "runtime_manifest.json")["ranks"]
     os.kill(entry["launcher_pid"], signal.SIGKILL)
     killed_at = time.monotonic()
-    assert nodes[0].wait(timeout=FAIL_BOUND_S + 30) == 1, nodes[0].output()[-3000:]
+    node0, node1 = nodes[1], nodes[0]
+    assert node0.wait(timeout=FAIL_BOUND_S + 30) == 1, node0.output()[-3000:]
     took = time.monotonic() - killed_at
     assert took <= FAIL_BOUND_S, f"node 0 ended {took:.1f} s after the kill (bound {FAIL_BOUND_S:g} s)"
-    summary = read_json(log_dir / RUN / "run_summary.json")
+    summary = read_json(log_dir / RUN / "run_summary.json")  # node 0's: written before it ended
     assert summary["status"] == "failed" and summary["failed_role"] == "rank[1]", summary["cause"]
     assert summary["cause"].startswith("rank_failed: rank 1 (") and "launcher is gone" in summary["cause"]
-    assert nodes[1].wait(timeout=60) != 0
+    assert node1.wait(timeout=60) != 0
 
 
 # ---------------------------------------------------------------- srun without torchrun: a rank that never joins
