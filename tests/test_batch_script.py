@@ -68,6 +68,7 @@ def session(tmp_path):
     return call
 
 
+@pytest.mark.integration
 def test_runs_stop_at_their_times_and_the_summary_counts_rows_after_a_neighbours_stop(session):
     spec = session.path / "spec"
     spec.write_text("# two variants\nshort 2 task.motion_file=$CLIPS/a.npz\n\nlong 5 task.motion_file=$LIFTED/a.npz "
@@ -136,16 +137,13 @@ def test_each_committed_spec_composes(spec):
     """Every line of a committed batch spec: a unique run name, whole seconds, and overrides that compose
     with the batch's algorithm and task (the clip folders stand in as placeholders), so a typo in a
     spec fails here and not after the GPU is started."""
-    from test_config_deltas import composed
-    from unilab.config import register_configs, register_resolvers
+    from train_compose import composed
 
     lines = [line.split("#")[0].split() for line in spec.read_text().splitlines()]
     runs = [words for words in lines if words]
     assert runs, spec
     names = [words[0] for words in runs]
     assert len(set(names)) == len(names), names
-    register_configs()
-    register_resolvers()
     for name, secs, *overrides in runs:
         assert secs.isdigit() and int(secs) > 0, (name, secs)
         overrides = [o.replace("$CLIPS", "/clips").replace("$LIFTED", "/lifted") for o in overrides]

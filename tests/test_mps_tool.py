@@ -14,60 +14,16 @@ from pathlib import Path
 
 import pytest
 from fakes import GPU_A, GPU_B, FakeMpsDaemon, FakeNvml
-from fakes_mps_tool import alive, install_fake_mps_tools, kill_started, started_pids
+from fakes_mps_tool import alive, started_pids
 
 from unilab.cli.tools import main as tools_main
 from unilab.cli.train import main as train_main
 from unilab.mps import CudaProcessSharingError, HostFacts, MpsToolError, probe_cuda_process_sharing
-from unilab.mps import cli as mps_cli
 from unilab.mps.host import ToolHost, resolve_gpu
 from unilab.mps.layout import STATE_FILE, default_root, ensure_private_dir
 from unilab.mps.nvml import GpuInfo
 
 TESTS = Path(__file__).resolve().parent
-
-
-class Tool:
-    """A host of fakes behind `unilab mps`; `run(...)` goes through the real `unilab` entry point."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        bin_dir = install_fake_mps_tools(root / "tbin")
-        self.tmp = root / "tmp"  # stands for /tmp
-        self.tmp.mkdir()
-        self.env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-                    "FAKE_SMI_LOG": str(root / "smi.log")}
-        self.nvml = FakeNvml()
-        self.root_user = False
-
-    def host(self) -> ToolHost:
-        return ToolHost(env=dict(self.env), nvml=self.nvml, is_root=lambda: self.root_user, tmp=self.tmp)
-
-    @property
-    def mps_root(self) -> Path:
-        return self.tmp / f"unilab-mps-{os.geteuid()}"
-
-    def base(self, gpu: GpuInfo = GPU_A) -> Path:
-        return self.mps_root / gpu.uuid
-
-    def state(self, gpu: GpuInfo = GPU_A) -> dict:
-        return json.loads((self.base(gpu) / STATE_FILE).read_text())
-
-    def control_log(self, gpu: GpuInfo = GPU_A) -> str:
-        path = self.base(gpu) / "log" / "control.log"
-        return path.read_text() if path.exists() else ""
-
-    def smi_calls(self) -> list[str]:
-        path = self.root / "smi.log"
-        return path.read_text().splitlines() if path.exists() else []
-
-
-@pytest.fixture
-def tool(short_tmp, monkeypatch):
-    t = Tool(short_tmp)
-    monkeypatch.setattr(mps_cli, "make_host", t.host)
-    yield t
-    kill_started(short_tmp)
 
 
 def run(*args) -> int:

@@ -15,7 +15,7 @@ import pytest
 
 from unilab.rundir.metrics import METRIC_KEYS, read_metrics
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 # Play (training.no_play=false in cpu_smoke) is a fresh process that builds its worlds again: tests that do not
 # test it turn it off; those that do say training.no_play=false (a later override wins).

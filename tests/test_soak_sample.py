@@ -135,7 +135,7 @@ def test_report_without_samples_after_the_warmup_is_bad_input(tmp_path, capsys):
     assert "no sample after the warm-up" in capsys.readouterr().err
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_samples_every_process_of_a_cpu_run(tmp_path, capsys):
     log_dir = tmp_path / "runs"
     proc = subprocess.Popen([sys.executable, "-m", "unilab.cli.train", "+preset=cpu_smoke", "task.num_envs=16",

@@ -12,7 +12,7 @@ from unilab.motion.synth import synthesize
 from unilab.sim.config import MjWarpSimConfig
 from unilab.tasks.g1_motion_tracking.config import G1MotionTrackingConfig, ObservationConfig, RandomizationConfig
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 N = 6
 OBS_DIM = 2 * 29 + 3 + 6 + 3 + 3 + 3 * 29  # 160

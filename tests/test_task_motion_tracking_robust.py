@@ -56,7 +56,7 @@ def quiet_env(cache):
                                         self_collisions=False))
 
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 
 # --------------------------------------------------------------------------- reset noise

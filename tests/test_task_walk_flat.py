@@ -71,7 +71,7 @@ def _balance_actions(env) -> torch.Tensor:
     return a.clamp(-1.0, 1.0)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_shapes_and_contract(env):
     obs = env.reset()
     assert (env.obs_dim, env.critic_obs_dim, env.action_dim) == (98, 106, 29)
@@ -91,7 +91,7 @@ def test_shapes_and_contract(env):
     assert set(timing) == {"backend_ms", "task_ms"} and timing["backend_ms"] > 0.0
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_same_seed_same_rollout(short_envs):
     a, b = short_envs
     obs_a, obs_b = a.reset(), b.reset()
@@ -107,7 +107,7 @@ def test_same_seed_same_rollout(short_envs):
     assert torch.equal(a.commands, b.commands)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_reward_terms_finite(env):
     env.reset()
     gen = torch.Generator().manual_seed(1)
@@ -120,7 +120,7 @@ def test_reward_terms_finite(env):
     assert info["rew/alive"] > 0.0 and info["rew/action_rate"] < 0.0
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_low_pelvis_terminates_and_auto_resets(env):
     env.reset()
     qpos = env.qpos
@@ -146,7 +146,7 @@ def test_low_pelvis_terminates_and_auto_resets(env):
     assert torch.equal(obs[1:], info["final_obs"][1:])  # other envs untouched
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_timeout_truncates(short_envs):
     env = short_envs[0]
     env.reset()
@@ -158,7 +158,7 @@ def test_timeout_truncates(short_envs):
     assert (env.episode_length == 0).all()
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_commands_resample(env):
     env.reset()
     c = env.cfg.commands
@@ -182,7 +182,7 @@ def test_commands_resample(env):
         assert ((speed == 0.0) | (speed >= c.min_lin_speed)).all()
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_randomisation_hooks(short_envs):
     env = short_envs[0]
     env.reset()
@@ -200,7 +200,7 @@ def test_randomisation_hooks(short_envs):
     assert torch.allclose(env.push_time_left[:2], torch.full((2,), 0.06)) and (env.push_time_left[2:] > 99.0).all()
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_default_task_staggers_first_episodes_and_bounds_actions_by_joint_limits():
     env = make_env(G1WalkFlatConfig(num_envs=N, episode_length_s=3.0), MjWarpSimConfig(), device="cpu", seed=3)
     first = env.episode_length.clone()
@@ -214,7 +214,7 @@ def test_default_task_staggers_first_episodes_and_bounds_actions_by_joint_limits
         env._action_spans(G1WalkFlatConfig(action_bounds="torque"))
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_tracking_errors_and_held_commands(env):
     env.reset()
     qpos, qvel = env.qpos, env.qvel
@@ -239,7 +239,7 @@ def test_tracking_errors_and_held_commands(env):
     env._held_commands = None
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_feet_distance_penalty(env):
     env.reset()
     assert (env._reward_feet_distance() == 0.0).all()  # the stand pose has its feet apart
@@ -248,7 +248,7 @@ def test_feet_distance_penalty(env):
     assert (gap > env.cfg.rewards.min_feet_distance).all()
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_stance_controller_survives_an_episode(env):
     env.reset()
     for i in range(env.max_episode_length):

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
+from train_calls import run_train
 
-from train_calls import run_train, spies  # noqa: F401 - spies is a fixture
 from unilab.cli.tools import main as unilab_main
 from unilab.launcher.supervisor import STOP_GRACE_S
 from unilab.runtime.rank_watch import BEAT_S, SILENT_AFTER_S
@@ -98,7 +98,7 @@ def wait_for(path: Path, proc_nodes: list[Node], timeout: float = RUN_TIMEOUT_S)
 # ---------------------------------------------------------------- two nodes, one run
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_two_torchrun_nodes_train_one_run_in_sync(tmp_path, nodes):
     log_dir = tmp_path / "runs"  # both nodes see it: a shared filesystem
     port = free_port()
@@ -134,7 +134,7 @@ def _training(nodes: list[Node], rank_dir: Path) -> None:
     wait_for(rank_dir / "metrics.jsonl", nodes)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_killed_learner_fails_the_other_node_naming_its_rank(tmp_path, nodes):
     """Each node on its own disk (no shared filesystem); kill -9 of node 1's learner mid-run."""
     dirs = [tmp_path / "node0" / "runs", tmp_path / "node1" / "runs"]
@@ -164,7 +164,7 @@ def test_a_killed_learner_fails_the_other_node_naming_its_rank(tmp_path, nodes):
     assert unilab_main(["merge-ranks", str(target), str(dirs[1] / RUN)]) == 2  # rank 1 is there already
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_killed_launcher_fails_the_other_node_naming_its_rank(tmp_path, nodes):
     """kill -9 of node 1's launcher (its torchrun worker): its learner leaves a mark as it stops."""
     log_dir = tmp_path / "runs"
@@ -187,7 +187,7 @@ def test_a_killed_launcher_fails_the_other_node_naming_its_rank(tmp_path, nodes)
 # ---------------------------------------------------------------- srun without torchrun: a rank that never joins
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_rank_that_never_joins_fails_the_rendezvous_in_bounded_time(tmp_path):
     """Under srun each task is a rank's launcher (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, MASTER_ADDR/PORT);
     here rank 1 of 2 never starts."""

@@ -77,7 +77,7 @@ def test_warmup_refuses_what_train_would_and_the_keys_it_sets(args, needle, caps
     assert not (tmp_path / "kernels").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_warmup_compiles_into_the_cache_and_keeps_no_run(tmp_path):
     """A real CPU warmup: the physics kernels land in the cache root, the scratch run directory is gone."""
     before = set(Path(tempfile.gettempdir()).glob("unilab-warmup-*"))
