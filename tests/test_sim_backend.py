@@ -17,10 +17,19 @@ def mj_model():
 
 
 @pytest.fixture(scope="module")
-def backend(mj_model):
+def _shared_backend(mj_model):
     from unilab.sim.mjwarp_backend import MjWarpBackend
 
     return MjWarpBackend(mj_model, N, "cpu", MjWarpSimConfig())
+
+
+@pytest.fixture
+def backend(_shared_backend, mj_model):
+    """The module's backend (built once), every world back in the stand pose at rest, time 0, no overflow counted:
+    a test sees nothing another one left (tests step it, write its views)."""
+    _reset_all(_shared_backend, mj_model)
+    _shared_backend.reset_overflow()
+    return _shared_backend
 
 
 def _reset_all(backend, mj_model):
@@ -43,7 +52,10 @@ def test_config_is_light():
 
 
 @pytest.mark.integration
-def test_view_shapes(backend, mj_model):
+def test_view_shapes(mj_model):
+    from unilab.sim.mjwarp_backend import MjWarpBackend
+
+    backend = MjWarpBackend(mj_model, N, "cpu", MjWarpSimConfig())  # a new one: its initial state is checked below
     m = mj_model
     assert backend.qpos.shape == (N, m.nq)
     assert backend.qvel.shape == (N, m.nv)
