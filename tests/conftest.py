@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import importlib
 import os
+import random
+import sys
 import tempfile
 from pathlib import Path
 
@@ -20,7 +23,8 @@ SMOKE_WALK = ["+preset=cpu_smoke", "task.num_envs=8", "training.logger=[]", "alg
 @pytest.fixture(scope="session")
 def walk_run(tmp_path_factory):
     """A tiny finished CPU run of the walk task (checkpoints at iterations 3 and 6), shared by the tests
-    that read a run (eval, export); they may add files to it but change none."""
+    that read a run (eval, export); they may add files to it but change none. A real `train`: only for tests marked
+    integration (pytest_collection_modifyitems refuses others)."""
     import subprocess
     import sys
 
@@ -93,3 +97,125 @@ def inductor_fallback_random():
 
     with inductor_config.patch(fallback_random=True):
         yield
+
+
+@pytest.fixture
+def spies(monkeypatch):
+    """Spies on the process launcher and the environment factory of `train` called in-process."""
+    import unilab.launcher.launch as launch_mod
+    import unilab.tasks as tasks
+    from train_calls import Spy
+
+    launcher, env_factory = Spy(), Spy()
+    monkeypatch.setattr(launch_mod, "launch", launcher)
+    monkeypatch.setattr(tasks, "make_env", env_factory)
+    return launcher, env_factory
+
+
+@pytest.fixture
+def tool(short_tmp, monkeypatch):
+    """A host of fakes behind `unilab mps` (tests/fakes_mps_tool.py); the daemons it started are stopped after."""
+    from fakes_mps_tool import Tool, kill_started
+
+    from unilab.mps import cli as mps_cli
+
+    t = Tool(short_tmp)
+    monkeypatch.setattr(mps_cli, "make_host", t.host)
+    yield t
+    kill_started(short_tmp)
+
+
+# ---------------------------------------------------------------- every test
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """One intra-op torch thread in the test processes: their networks and batches are tiny, and the workers
+    (`-n 2`) already keep the cores busy; more threads only contend (a learner test took 10x longer with them)."""
+    torch = sys.modules.get("torch")  # imported by the test modules that use it; no import for those that do not
+    if torch is None:
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def _same_random_state_for_every_test():
+    """Each test starts from the same global random state (Python's, NumPy's, torch's), whichever tests ran
+    before it on its worker: a test's draws must not depend on the order or the split of the run."""
+    random.seed(0)
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed(0)
+    if "torch" in sys.modules:
+        sys.modules["torch"].manual_seed(0)
+
+
+# ---------------------------------------------------------------- the unit suite compiles no kernels
+# A test not marked `integration` must not load a Warp module: a load compiles the module's kernels (tens of seconds
+# on a fresh machine, MJWarp's many more) or reads them from the kernel cache, and every Warp launch goes through it.
+# Such a test fails, naming the module, and belongs in the integration suite (`pytest -m integration`). Module.load is
+# refused while a test not marked integration runs (its fixtures included); processes a test starts are not watched.
+
+_running: list = [None]  # the test item being set up, run or torn down
+_WARP_LOADS = pytest.StashKey[list]()
+
+
+def _warp_module_class():
+    for name in ("warp._src.context", "warp.context"):  # Warp >= 1.10 keeps its internals under warp._src
+        try:
+            return importlib.import_module(name).Module
+        except (ImportError, AttributeError):
+            continue
+    raise RuntimeError("tests/conftest.py: no Warp Module class found to guard; update _warp_module_class")
+
+
+def _guard_warp_module_loads() -> None:
+    module_class = _warp_module_class()
+    real_load = module_class.load
+    if getattr(real_load, "guarded", False):
+        return
+
+    def load(module, *args, **kwargs):
+        item = _running[0]
+        if item is not None and item.get_closest_marker("integration") is None:
+            item.stash.setdefault(_WARP_LOADS, []).append(module.name)
+            raise AssertionError(f"Warp module {module.name!r} loaded in a test not marked integration: mark the "
+                                 "test (or its module) pytest.mark.integration")
+        return real_load(module, *args, **kwargs)
+
+    load.guarded = True
+    module_class.load = load
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that takes a real training run (the `walk_run` fixture: a `train` process, which compiles kernels the
+    guard above does not see) is an integration test."""
+    unmarked = [item.nodeid for item in items
+                if "walk_run" in getattr(item, "fixturenames", ()) and item.get_closest_marker("integration") is None]
+    if unmarked:
+        raise pytest.UsageError("tests that use the walk_run fixture (a real `train` run) must be marked "
+                                f"pytest.mark.integration: {unmarked}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _guard_warp_module_loads()
+    _running[0] = item
+    try:
+        yield
+    finally:
+        _running[0] = None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A refused load fails the test even where the code under test caught the error."""
+    report = (yield).get_result()
+    loads = item.stash.get(_WARP_LOADS, [])
+    if loads and report.passed and call.when != "teardown":
+        report.outcome = "failed"
+        report.longrepr = (f"Warp modules loaded in a test not marked integration: {sorted(set(loads))}; mark it "
+                           "pytest.mark.integration")

@@ -6,10 +6,12 @@ file like the real one, logs its start (with CUDA_VISIBLE_DEVICES) and every com
 (JSON {"server pid": [client pids]}). FAKE_MPS_START=nothing makes `-d` start nothing;
 FAKE_MPS_START=fail makes it fail like a second instance would. FAKE_MPS_QUIT_DELAY=S (at start) makes the
 daemon answer `quit`, and exit, S seconds late, like one whose clients are still exiting.
+`Tool` is a host of these fakes behind `unilab mps` (the `tool` fixture of tests/conftest.py).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -18,7 +20,11 @@ import textwrap
 import time
 from pathlib import Path
 
-from fakes import CONTROL_CLIENT
+from fakes import CONTROL_CLIENT, GPU_A, FakeNvml
+
+from unilab.mps.host import HostFacts
+from unilab.mps.layout import STATE_FILE
+from unilab.mps.nvml import GpuInfo
 
 CONTROL_SCRIPT = textwrap.dedent(
     """\
@@ -141,3 +147,38 @@ def kill_started(root: Path) -> None:
             time.sleep(0.05)
         if alive(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+class Tool:
+    """A host of fakes behind `unilab mps`; `run(...)` goes through the real `unilab` entry point."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        bin_dir = install_fake_mps_tools(root / "tbin")
+        self.tmp = root / "tmp"  # stands for /tmp
+        self.tmp.mkdir()
+        self.env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+                    "FAKE_SMI_LOG": str(root / "smi.log")}
+        self.nvml = FakeNvml()
+        self.root_user = False
+
+    def host(self) -> HostFacts:
+        return HostFacts(env=dict(self.env), nvml=self.nvml, is_root=lambda: self.root_user, tmp=self.tmp)
+
+    @property
+    def mps_root(self) -> Path:
+        return self.tmp / f"unilab-mps-{os.geteuid()}"
+
+    def base(self, gpu: GpuInfo = GPU_A) -> Path:
+        return self.mps_root / gpu.uuid
+
+    def state(self, gpu: GpuInfo = GPU_A) -> dict:
+        return json.loads((self.base(gpu) / STATE_FILE).read_text())
+
+    def control_log(self, gpu: GpuInfo = GPU_A) -> str:
+        path = self.base(gpu) / "log" / "control.log"
+        return path.read_text() if path.exists() else ""
+
+    def smi_calls(self) -> list[str]:
+        path = self.root / "smi.log"
+        return path.read_text().splitlines() if path.exists() else []

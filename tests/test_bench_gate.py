@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 from fake_runs import STATUS_CODE, fake_train
 from fakes_mps_tool import alive, started_pids
-from test_mps_tool import tool  # noqa: F401 - the fixture: a host of fakes behind `unilab mps`
 
 from unilab.bench import gate, gate_run
 from unilab.cli.tools import main as tools_main

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "cold_start.py"
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_two_runs_report_their_first_row_and_phases(tmp_path):
     """On the CPU with the test session's kernel cache (so it takes seconds once warm): both runs finish, each
     has a first row before its end and the console's start-up phases, and no run directory is left behind."""

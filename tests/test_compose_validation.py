@@ -21,7 +21,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from fakes import GPU_A, FakeNvml
-from train_calls import run_train, spies  # noqa: F401 - spies is a fixture
+from train_calls import run_train
 from unilab.cli.train import CONF_DIR
 from unilab.config import RequestError, TrainingConfig, register_configs, register_resolvers
 from unilab.mps import CudaProcessSharingError, Prerequisite

@@ -14,10 +14,9 @@ from enum import Enum
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
+from train_compose import composed
 
 from unilab.config import register_configs, register_resolvers
 
@@ -154,27 +153,6 @@ COMMANDS = [
     ["algo=flashsac", "task=g1_motion_tracking", "+execution=default", "+bench=offpolicy_gate"],
     ["algo=flashsac_g1_walk_flat", "task.num_envs=1024"],
 ]
-
-
-def _flatten(data, prefix: str = "") -> dict:
-    if isinstance(data, dict) and data:
-        out: dict = {}
-        for key, value in data.items():
-            out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    return {prefix: data}
-
-
-def composed(overrides: list[str]) -> dict:
-    """The flattened config `train` composes for `overrides`: resolved, except the probe's node (not run)."""
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides)
-    probe_node = OmegaConf.to_container(cfg, resolve=False)["execution_evidence"]
-    OmegaConf.set_struct(cfg, False)
-    del cfg["execution_evidence"]
-    flat = _flatten(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True, throw_on_missing=True))
-    return {**flat, "execution_evidence": probe_node}
 
 
 def _key(overrides: list[str]) -> str:

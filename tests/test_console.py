@@ -13,7 +13,7 @@ import pytest
 
 from unilab.launcher.console import Console
 from unilab.launcher.launch import mps_log_dir, mps_server_gone
-from unilab.launcher.supervisor import DEAD_CHILD_GRACE_S, Supervisor
+from unilab.launcher.supervisor import DEAD_CHILD_GRACE_S, STOP_GRACE_S, Supervisor
 from unilab.mps.errors import names_mps_failure
 from unilab.rundir.summary import RunSummary
 from unilab.runtime.child_log import stderr_log_name
@@ -149,16 +149,37 @@ def test_mps_failure_texts(text, expected):
 
 
 class _Proc:
-    def __init__(self, exitcode):
+    def __init__(self, exitcode, clock=None):
         self.exitcode = exitcode
+        self.clock = clock
+        self.signalled_at = None  # on `clock`
 
     def is_alive(self) -> bool:
         return self.exitcode is None
 
     def kill(self) -> None:
-        self.exitcode = -9
+        self._end(-9)
 
-    terminate = kill
+    def terminate(self) -> None:
+        self._end(-15)
+
+    def _end(self, code: int) -> None:
+        self.exitcode = code
+        self.signalled_at = self.clock() if self.clock else None
+
+
+class _SilentInbox:
+    """The launcher's inbox when no child says anything more: each wait takes its whole timeout, on `clock`."""
+
+    def __init__(self, clock: Clock):
+        self.clock = clock
+
+    def get(self, block=True, timeout=None):
+        self.clock.now += timeout
+        raise queue.Empty
+
+    def get_nowait(self):
+        raise queue.Empty
 
 
 class _Spec:
@@ -169,8 +190,8 @@ class _Spec:
         return role
 
 
-def _supervise(procs, *, messages=(), server_gone=None) -> Supervisor:
-    inbox = queue.Queue()
+def _supervise(procs, *, messages=(), server_gone=None, inbox=None) -> Supervisor:
+    inbox = queue.Queue() if inbox is None else inbox
     for msg in messages:
         inbox.put(msg)
     sup = Supervisor([_Spec()], procs, inbox, threading.Event(), threading.Event(), verify=None,
@@ -186,14 +207,19 @@ def _supervise(procs, *, messages=(), server_gone=None) -> Supervisor:
     (lambda: False, "learner_died: the learner was killed by SIGABRT (exit code -6)"),
     (None, "learner_died: the learner was killed by SIGABRT (exit code -6)"),
 ])
-def test_an_aborted_child_under_mps_names_the_server(server_gone, cause):
-    import time
+def test_an_aborted_child_under_mps_names_the_server(monkeypatch, server_gone, cause):
+    import unilab.launcher.supervisor as supervisor
 
-    start = time.monotonic()
-    sup = _supervise({"learner": _Proc(-6), "collector": _Proc(None)}, server_gone=server_gone)
+    clock = Clock()  # the supervisor's: its deadlines are checked against the grace periods, not the wall clock
+    monkeypatch.setattr(supervisor, "time", SimpleNamespace(monotonic=clock))
+    start, collector = clock.now, _Proc(None, clock)
+    sup = _supervise({"learner": _Proc(-6), "collector": collector}, server_gone=server_gone,
+                     inbox=_SilentInbox(clock))
     assert sup.cause == cause and sup.failed_role == "learner"
-    # the collector, alive and ignoring the stop event, was killed after the short grace, not STOP_GRACE_S
-    assert sup.procs["collector"].exitcode == -9 and time.monotonic() - start < DEAD_CHILD_GRACE_S + 1
+    # the collector, alive and ignoring the stop event, was killed (no SIGTERM first) after the short grace, not
+    # after STOP_GRACE_S
+    assert collector.exitcode == -9
+    assert DEAD_CHILD_GRACE_S < collector.signalled_at - start < DEAD_CHILD_GRACE_S + 1 < STOP_GRACE_S
     assert bool(sup.fix) is (cause.startswith("mps_server_fault"))
     if sup.fix:
         assert any("/tmp/mps/log/server.log" in line for line in sup.fix)

@@ -17,7 +17,8 @@ from unilab.algos.fastsac.config import FastSACConfig
 from unilab.algos.flashsac.config import FlashSACConfig
 from unilab.algos.warpsac.config import WarpSACConfig
 
-pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
+pytestmark = [pytest.mark.integration,  # each test spawns two rank processes that train together
+              pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")]
 
 WORLD = 2
 OBS, CRITIC_OBS, ACT, N = 6, 7, 3, 32

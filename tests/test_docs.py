@@ -14,19 +14,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-
-from unilab.cli.short_form import expand_short_form
-from unilab.cli.tools import build_parser
-from unilab.cli.train import CONF_DIR
-from unilab.config import register_configs, register_resolvers
+from train_compose import check_command
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", ROOT / "README.zh.md", *sorted((ROOT / "docs").glob("*/*.md"))]
 BLOCK = re.compile(r"```(?:bash|sh|text)?\n(.*?)```", re.S)
-HYDRA_FLAGS = {"-m", "--multirun", "--resolve", "--help", "-h", "--hydra-help", "--dry-run"}  # --dry-run: train's own
-HYDRA_FLAGS_WITH_VALUE = {"--cfg", "-c"}
 
 
 def _commands():
@@ -47,61 +39,9 @@ def test_the_docs_have_commands():
     assert len(COMMANDS) >= 8
 
 
-def _overrides(argv: list[str]) -> list[list[str]]:
-    """Hydra overrides of a `train` command line, one list per job of a `-m` sweep over groups."""
-    out, skip = [], False
-    for arg in expand_short_form(argv):
-        if skip:
-            skip = False
-        elif arg in HYDRA_FLAGS:
-            continue
-        elif arg in HYDRA_FLAGS_WITH_VALUE:
-            skip = True
-        else:
-            out.append(arg)
-    multirun = any(a in ("-m", "--multirun") for a in argv)
-    jobs = [[]]
-    for arg in out:
-        key, _, value = arg.partition("=")
-        swept = key.lstrip("+") in ("execution", "algo", "task", "sim") or (
-            multirun and "," in value and not value.startswith(("[", "{", "'", '"')))  # `-m training.seed=1,2`
-        values = value.split(",") if swept else [value]
-        jobs = [job + [f"{key}={v}"] for job in jobs for v in values]
-    return jobs
-
-
 @pytest.mark.parametrize("line", COMMANDS)
 def test_documented_command_is_valid(line):
-    _check_command(line)
-
-
-def _check_command(line: str) -> None:
-    argv = shlex.split(line)
-    if argv[0] == "torchrun":
-        argv = _torchrun_train(argv)
-    if argv[:2] == ["unilab", "warmup"]:  # train overrides: they must compose as train's do
-        argv = ["train", *argv[2:]]
-    if argv[0] == "unilab":
-        # `motion synth` and `mps doctor` take their own options: the subcommand must exist
-        build_parser().parse_args(argv[1:3] if argv[1:3] in (["motion", "synth"], ["mps", "doctor"]) else argv[1:])
-        return
-    register_configs()
-    register_resolvers()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        for job in _overrides(argv[1:]):
-            cfg = compose(config_name="train", overrides=job)  # validates keys, values, group options
-            assert cfg.training is not None
-
-
-def _torchrun_train(argv: list[str]) -> list[str]:
-    """`torchrun OPTIONS -m unilab.cli.train OVERRIDES`: torchrun's options through torchrun's own parser, then
-    the `train` command its workers run."""
-    from torch.distributed.run import get_args_parser
-
-    args = get_args_parser().parse_args(argv[1:])
-    assert args.module and args.training_script == "unilab.cli.train", argv
-    return ["train", *args.training_script_args]
+    check_command(line)
 
 
 # ---------------------------------------------------------------- the cluster examples
@@ -151,7 +91,7 @@ def test_the_example_commands_parse(source):
                                                   ["train", "--algo", "fastsac"]]
     assert "+execution=mps" in commands[-1].split()
     for command in commands:
-        _check_command(command)
+        check_command(command)
 
 
 def _multi_node_script(lang: str) -> str:
@@ -173,16 +113,16 @@ def test_the_multi_node_slurm_script_is_valid_bash(lang):
     assert "--all-gpus" in commands[0].split() and "srun" in script and "bash -c node_task" in script
     assert "+execution=mps" in commands[-1].split()
     for command in commands:
-        _check_command(command)
+        check_command(command)
 
 
 def test_torchrun_commands_are_checked():
     torchrun = [p for p in COMMANDS if p.values[0].startswith("torchrun ")]
     assert len(torchrun) >= 2  # cluster.md, en and zh
     with pytest.raises(SystemExit):  # torchrun's parser sees its options
-        _check_command("torchrun --nnodes 2 --no-such-option -m unilab.cli.train")
+        check_command("torchrun --nnodes 2 --no-such-option -m unilab.cli.train")
     with pytest.raises(Exception, match="no_such_key"):  # and train's overrides compose
-        _check_command("torchrun --nnodes 2 -m unilab.cli.train training.no_such_key=1")
+        check_command("torchrun --nnodes 2 -m unilab.cli.train training.no_such_key=1")
 
 
 def test_the_example_yaml_files_have_the_expected_kinds():

@@ -44,6 +44,7 @@ def test_bad_override_exits_2_before_any_env_is_built(variant, named, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.integration
 def test_variant_rows_are_timed_with_their_overrides(tmp_path, monkeypatch, capsys):
     # In this process (its imports are made already): the script's main() with its command line.
     out = tmp_path / "rows.json"

@@ -112,7 +112,7 @@ def _eval(*args) -> int:
     return tools_main(["eval", *map(str, args)])
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_eval_writes_a_versioned_report_and_a_table(walk_run, capsys):
     assert _eval(walk_run, *TINY) == 0
     report = json.loads((walk_run / "eval.json").read_text())
@@ -132,7 +132,7 @@ def test_eval_writes_a_versioned_report_and_a_table(walk_run, capsys):
     assert report["iteration"] == 3 and list(report["suites"]) == ["nominal"]
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_bad_input_exits_2_and_writes_nothing(walk_run, tmp_path, capsys):
     assert _eval(tmp_path, *TINY) == 2
     assert "not a run directory" in capsys.readouterr().err
@@ -274,7 +274,7 @@ def tracking_run(tmp_path_factory):
     return root / "track"
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_tracking_eval_writes_a_row_per_clip(tracking_run, tmp_path, capsys):
     assert _eval(tracking_run, "--envs-per-clip", 2, "--device", "cpu") == 0
     report = json.loads((tracking_run / "eval.json").read_text())
@@ -313,7 +313,7 @@ def test_tracking_eval_writes_a_row_per_clip(tracking_run, tmp_path, capsys):
     assert len(worst) == 2 and worst[0].count(" mm") == 3  # one line per clip, three bodies each
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_tracking_eval_bad_input_exits_2(tracking_run, walk_run, tmp_path, capsys):
     assert _eval(tracking_run, "--motion", tmp_path / "none.npz", "--out", tmp_path / "a.json") == 2
     assert "--motion=" in capsys.readouterr().err

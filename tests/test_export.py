@@ -34,7 +34,7 @@ def _torch_policy(run, checkpoint):
     return env, learner
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_export_matches_the_torch_policy_and_carries_metadata(walk_run, capsys):
     assert _export(walk_run) == 0
     path = walk_run / "policy_iter_0000006.onnx"
@@ -77,7 +77,7 @@ def test_export_matches_the_torch_policy_and_carries_metadata(walk_run, capsys):
     assert scales["base_ang_vel"] == 0.25 and scales["joint_vel"] == 0.05 and value["observation_clip"] == 100.0
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_export_of_an_older_or_lone_checkpoint(walk_run, tmp_path):
     ckpt = walk_run / "checkpoints" / "iter_0000003.pt"
     out = tmp_path / "iter3.onnx"
@@ -89,7 +89,7 @@ def test_export_of_an_older_or_lone_checkpoint(walk_run, tmp_path):
     assert json.loads({p.key: p.value for p in onnx.load(str(out)).metadata_props}["iteration"]) == 3
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_bad_input_exits_2_and_writes_nothing(walk_run, tmp_path, capsys):
     assert _export(tmp_path) == 2
     assert "not a run directory" in capsys.readouterr().err
@@ -111,7 +111,7 @@ def test_bad_input_exits_2_and_writes_nothing(walk_run, tmp_path, capsys):
     assert not list(tmp_path.rglob("*.onnx")) and not list(walk_run.glob(".export_*"))
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_the_end_of_training_export_carries_the_same_metadata(walk_run):
     """training.export_onnx=true: policy.onnx at the end of the run says what `unilab export` of the run's
     last checkpoint says (the env's part comes from the collector, the rest from the learner)."""

@@ -8,40 +8,14 @@ from dataclasses import replace
 
 import pytest
 import torch
+from tiny_learners import FASTSAC as TINY
 
 from unilab.algos.base import OffPolicyLearner, make_learner
 from unilab.algos.common import categorical_projection
-from unilab.algos.fastsac.config import FastSACConfig
 from unilab.algos.fastsac.learner import FastSACLearner
 
 OBS, CRITIC_OBS, ACT, N = 8, 10, 3, 64
 TARGET_ACTION = torch.tensor([0.5, -0.3, 0.2])
-
-TINY = FastSACConfig(
-    batch_size=64,
-    updates_per_step=4,
-    policy_delay=2,
-    replay_capacity=4096,
-    learning_starts=1,
-    critic_hidden_dim=32,
-    actor_hidden_dim=32,
-    num_atoms=51,
-    v_min=-6.0,
-    v_max=1.0,
-    lr=3e-3,
-    init_alpha=0.05,
-    bf16=False,
-    cuda_graph=False,
-)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny matmuls on a shared 2-core machine: intra-op threads only add contention.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def learner(device="cpu", seed=0, **overrides) -> FastSACLearner:
@@ -233,6 +207,7 @@ def test_add_updates_normalizers():
     assert lrn.replay.size == N and lrn.replay.storage["terminated"].dtype == torch.float32
 
 
+@pytest.mark.integration
 def test_bandit_learns_target_action():
     lrn = learner()
     gen = torch.Generator().manual_seed(1)
@@ -251,6 +226,7 @@ def test_bandit_learns_target_action():
     assert metrics["q_mean"].item() > -0.5  # the learned value is close to the optimum 0
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("combo_kernels", [False, True], ids=["plain", "combo_kernels"])
 def test_compiled_losses_match_eager(inductor_fallback_random, combo_kernels):
     """algo.compile=true: the cycle calls compiled critic and actor losses (inductor; C++ on the CPU)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import io
 import math
-import subprocess
-import sys
 from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
+from tiny_learners import (
+    ACT, CRITIC_OBS, ENVS, OBS, assert_on_spheres, bandit, learner, name_imported_without_torch, norm_layers,
+    round_trip_continues_identically, transitions,
+)
+from tiny_learners import FLASHSAC as TINY
 
 from unilab.algos.base import make_learner
 from unilab.algos.common import (
@@ -21,62 +23,7 @@ from unilab.algos.common import (
     warmup_cosine,
 )
 from unilab.algos.flashsac.config import FlashSACConfig
-from unilab.algos.flashsac.networks import (
-    EnsembleBatchNorm,
-    EnsembleRMSNorm,
-    UnitLinear,
-    project_weights_,
-)
-
-OBS, CRITIC_OBS, ACT, ENVS = 5, 7, 3, 32
-
-TINY = FlashSACConfig(
-    batch_size=64, updates_per_step=2, policy_delay=2, replay_capacity=2048, learning_starts=1,
-    actor_hidden_dim=16, critic_hidden_dim=16, actor_num_blocks=1, critic_num_blocks=1, num_envs=ENVS,
-    noise_repeat_max=4,
-)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny ops on a busy 2-core machine: intra-op threads only add contention.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def transitions(n: int = ENVS, terminal_prob: float = 0.1) -> dict[str, torch.Tensor]:
-    return {
-        "obs": torch.randn(n, OBS),
-        "critic_obs": torch.randn(n, CRITIC_OBS),
-        "action": torch.rand(n, ACT) * 2 - 1,
-        "reward": torch.randn(n),
-        "next_obs": torch.randn(n, OBS),
-        "next_critic_obs": torch.randn(n, CRITIC_OBS),
-        "terminated": (torch.rand(n) < terminal_prob).float(),
-    }
-
-
-def learner(cfg: FlashSACConfig = TINY, seed: int = 0, chunks: int = 4):
-    torch.manual_seed(100 + seed)
-    lrn = make_learner(cfg, OBS, CRITIC_OBS, ACT, "cpu", seed)
-    for _ in range(chunks):
-        lrn.add(transitions())
-    return lrn
-
-
-def norm_layers(module):
-    return [m for m in module.modules() if isinstance(m, (UnitLinear, EnsembleBatchNorm, EnsembleRMSNorm))]
-
-
-def assert_on_spheres(module) -> None:
-    for m in norm_layers(module):
-        if isinstance(m, UnitLinear):
-            torch.testing.assert_close(m.weight.norm(dim=-1), torch.ones(m.weight.shape[:-1]))
-        else:
-            sq = m.weight.square().sum(-1) + (m.bias.square().sum(-1) if isinstance(m, EnsembleBatchNorm) else 0)
-            torch.testing.assert_close(sq, torch.full_like(sq, float(m.weight.shape[-1])))
+from unilab.algos.flashsac.networks import UnitLinear, project_weights_
 
 
 # ---------------------------------------------------------------- shared helpers
@@ -178,12 +125,6 @@ def test_return_normalizer_matches_numpy():
 # ---------------------------------------------------------------- learner
 
 
-def name_imported_without_torch(module: str, cls: str) -> str:
-    """The `name` of config class `cls` of `module`, built in a fresh interpreter that must not import torch."""
-    code = f"import sys, {module} as c; assert 'torch' not in sys.modules; print(c.{cls}().name)"
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-
-
 def test_config_imports_without_torch():
     assert name_imported_without_torch("unilab.algos.flashsac.config", "FlashSACConfig") == "flashsac"
     cfg = FlashSACConfig()
@@ -226,6 +167,7 @@ def test_unit_norm_holds_after_optimiser_steps():
     torch.testing.assert_close(layer.weight.norm(dim=-1), torch.ones(2, 3))
 
 
+@pytest.mark.integration
 def test_compiled_cycle_matches_eager(inductor_fallback_random):
     """algo.compile=true: the cycle calls compiled losses and sphere projections (inductor; C++ on the
     CPU) that leave every weight, BatchNorm statistic and the temperature where the eager cycle does."""
@@ -327,32 +269,7 @@ def test_state_dict_round_trip_continues_identically():
     round_trip_continues_identically(TINY)
 
 
-def round_trip_continues_identically(cfg) -> None:
-    """A learner of `cfg` saved after two cycles and loaded into another of another seed acts and updates
-    as the first does."""
-    lrn = learner(cfg)
-    for _ in range(2):
-        lrn.update()
-    lrn.publish_policy()
-    other = make_learner(cfg, OBS, CRITIC_OBS, ACT, "cpu", seed=7)
-    saved = io.BytesIO()
-    torch.save(lrn.state_dict(), saved)  # state_dict() aliases live tensors (optimiser moments): go via bytes
-    saved.seek(0)
-    other.load_state_dict(torch.load(saved, weights_only=True))
-    obs = torch.randn(16, OBS)
-    assert torch.equal(other.act(obs, deterministic=True), lrn.act(obs, deterministic=True))
-    # Same replay contents and RNG: the next update matches to the bit.
-    other.replay.extend({k: v[: lrn.replay.size] for k, v in lrn.replay.storage.items()})
-    torch.manual_seed(3)
-    m1 = lrn.update()
-    torch.manual_seed(3)
-    m2 = other.update()
-    for key in m1:
-        assert torch.equal(m1[key], m2[key]), key
-    assert other.num_updates == lrn.num_updates
-    assert all(g["lr"] is other.lr for g in other.critic_opt.param_groups)
-
-
+@pytest.mark.integration
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs CUDA"))])
 def test_bandit_deterministic_action_approaches_the_optimum(device):
@@ -360,47 +277,6 @@ def test_bandit_deterministic_action_approaches_the_optimum(device):
     cfg = replace(TINY, batch_size=128, updates_per_step=4, policy_delay=1, num_envs=64, lr=3e-3, lr_init=3e-3,
                   lr_end=3e-3, target_action_std=0.1)
     bandit(cfg, device)
-
-
-def bandit(cfg, device: str, cycles: int = 30, max_error: float = 0.4):
-    """A learner of `cfg` (4-dim observations, 2-dim actions) trained for `cycles` update cycles on a
-    one-step bandit, reward -|a - a*|^2: its deterministic action must approach a*. Returns the learner."""
-    torch.manual_seed(0)
-    torch.set_default_device(device)
-    try:
-        lrn = make_learner(cfg, 4, 4, 2, device, 0)
-        _bandit(lrn, cycles, max_error)
-        return lrn
-    finally:
-        torch.set_default_device(None)
-
-
-def _bandit(lrn, cycles: int, max_error: float) -> None:
-    assert lrn.compiled == lrn.use_graph == (lrn.device.type == "cuda")
-    best = torch.tensor([0.5, -0.3])
-
-    def play(actions):
-        obs = torch.randn(64, 4)
-        reward = -(actions - best).square().sum(-1)
-        lrn.add({"obs": obs, "critic_obs": obs, "action": actions, "reward": reward, "next_obs": obs,
-                 "next_critic_obs": obs, "terminated": torch.ones(64)})
-
-    for _ in range(8):
-        play(torch.rand(64, 2) * 2 - 1)
-    probe = torch.randn(256, 4)
-
-    def error():
-        return float((lrn.act(probe, deterministic=True) - best).norm(dim=-1).mean())
-
-    start = error()
-    for _ in range(cycles):
-        metrics = lrn.update()
-        lrn.publish_policy()
-        play(lrn.act(torch.randn(64, 4)))
-    assert all(math.isfinite(float(v)) for v in metrics.values())
-    assert error() < min(max_error, 0.5 * start), (start, error())
-    assert lrn._graph is not None or not lrn.use_graph
-    assert_on_spheres(lrn.critic)
 
 
 def test_export_onnx_matches_act(tmp_path):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from train_calls import run_train, spies  # noqa: F401 - spies is a fixture
+from train_calls import run_train
 
 REPO = Path(__file__).resolve().parents[1]
 GL_MODULES = ("OpenGL", "glfw", "mujoco.egl", "mujoco.osmesa", "mujoco.glfw", "mujoco.cgl")
@@ -126,7 +126,7 @@ def run_without_libegl(no_libegl, tmp_path_factory):
     return log_dir / "noegl"
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_training_play_eval_and_export_need_no_libegl(run_without_libegl, no_libegl, tmp_path):
     run = run_without_libegl
     assert json.loads((run / "run_summary.json").read_text())["status"] == "completed"
@@ -155,7 +155,7 @@ def test_video_interval_without_libegl_exits_2_naming_the_fix_and_creates_nothin
     assert not log_dir.exists()
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.parametrize("mujoco_gl", ["egl", None])  # None: unset, videos pick EGL
 def test_play_video_without_libegl_exits_2_naming_the_fix_and_creates_nothing(run_without_libegl, no_libegl,
                                                                               tmp_path, mujoco_gl):

@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pytest
 from fakes import GPU_A, GPU_B, FakeMpsDaemon, FakeNvml
-from fakes_mps_tool import alive, install_fake_mps_tools, kill_started, started_pids
+from fakes_mps_tool import alive, started_pids
 
 from unilab.cli.tools import main as tools_main
 from unilab.cli.train import main as train_main
 from unilab.mps import CudaProcessSharingError, HostFacts, MpsToolError, probe_cuda_process_sharing
-from unilab.mps import cli as mps_cli
 from unilab.mps.host import resolve_gpu
 from unilab.mps.layout import STATE_FILE, default_root, ensure_private_dir
 from unilab.mps.nvml import GpuInfo
@@ -27,55 +26,12 @@ from unilab.mps.nvml import GpuInfo
 TESTS = Path(__file__).resolve().parent
 
 
-class Tool:
-    """A host of fakes behind `unilab mps`; `run(...)` goes through the real `unilab` entry point."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        bin_dir = install_fake_mps_tools(root / "tbin")
-        self.tmp = root / "tmp"  # stands for /tmp
-        self.tmp.mkdir()
-        self.env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-                    "FAKE_SMI_LOG": str(root / "smi.log")}
-        self.nvml = FakeNvml()
-        self.root_user = False
-
-    def host(self) -> HostFacts:
-        return HostFacts(env=dict(self.env), nvml=self.nvml, is_root=lambda: self.root_user, tmp=self.tmp)
-
-    @property
-    def mps_root(self) -> Path:
-        return self.tmp / f"unilab-mps-{os.geteuid()}"
-
-    def base(self, gpu: GpuInfo = GPU_A) -> Path:
-        return self.mps_root / gpu.uuid
-
-    def state(self, gpu: GpuInfo = GPU_A) -> dict:
-        return json.loads((self.base(gpu) / STATE_FILE).read_text())
-
-    def control_log(self, gpu: GpuInfo = GPU_A) -> str:
-        path = self.base(gpu) / "log" / "control.log"
-        return path.read_text() if path.exists() else ""
-
-    def smi_calls(self) -> list[str]:
-        path = self.root / "smi.log"
-        return path.read_text().splitlines() if path.exists() else []
-
-
-@pytest.fixture
-def tool(short_tmp, monkeypatch):
-    t = Tool(short_tmp)
-    monkeypatch.setattr(mps_cli, "make_host", t.host)
-    yield t
-    kill_started(short_tmp)
-
-
 def run(*args) -> int:
     return tools_main(["mps", *args])
 
 
 def test_start_creates_private_dirs_state_and_exports_then_stop(tool, capsys):
-    assert run("start", "--timeout", "10") == 0
+    assert run("start", "--timeout", "60") == 0
     out = capsys.readouterr().out
     base = tool.base()
     for path in (base.parent, base, base / "pipe", base / "log"):
@@ -168,7 +124,7 @@ def test_stop_when_the_daemon_is_already_gone_drops_the_record(tool, capsys):
     assert run("start") == 0
     pid = tool.state()["daemon_pid"]
     os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60  # a bound for a hang only: a loaded machine delays the fake daemon's exit
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert run("stop") == 0
@@ -186,7 +142,7 @@ def test_stop_waits_for_a_daemon_slow_to_take_quit(tool, capsys, monkeypatch):
     assert run("start") == 0
     pid = tool.state()["daemon_pid"]
     capsys.readouterr()
-    assert run("stop", "--timeout", "10") == 0
+    assert run("stop", "--timeout", "60") == 0
     assert "stopped the control daemon" in capsys.readouterr().err
     assert not alive(pid) and not (tool.base() / STATE_FILE).exists()
 
@@ -408,7 +364,7 @@ def test_the_probe_fix_and_start_share_one_directory_convention(tool, capsys):
     assert [line for line in fix if line.startswith("export ")] == started[:2]
 
     subprocess.run(["sh", "-ec", "\n".join(fix)], env=tool.env, check=True, timeout=30)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a bound for a hang only
     while not (base / "pipe" / "control").is_socket() and time.monotonic() < deadline:
         time.sleep(0.05)
     for path in (tool.mps_root, base, base / "pipe", base / "log"):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fakes import GPU_A, FakeNvml
-from train_calls import interrupt_real_sweep, run_dirs, run_train, spies  # noqa: F401 - spies is a fixture
+from train_calls import interrupt_real_sweep, run_dirs, run_train
 from unilab.jobs.memory_guard import FAIL, START, WAIT, MemoryGuard, cuda_ordinals
 from unilab.cli.packing import OPTIONS, PackedLauncherConf
 from unilab.rundir.layout import SUMMARY_FILE
@@ -26,6 +26,7 @@ def _span(run: Path) -> tuple[float, float]:
     return (run / "run_config.json").stat().st_mtime, (run / SUMMARY_FILE).stat().st_mtime
 
 
+@pytest.mark.integration
 def test_a_packed_sweep_runs_two_jobs_at_once_and_survives_a_failed_one(tmp_path):
     """Three CPU jobs, two at a time, through the real entry point in a fresh interpreter: jobs 0 and 1 train at
     the same time, job 2 (start-up past its 1 ms timeout: it fails) waits for a free slot; the others complete,
@@ -190,6 +191,7 @@ def test_a_packed_sweep_fails_jobs_that_do_not_fit_and_starts_none(tmp_path, spi
     assert "started (pid" not in err and run_dirs(log_dir) == [] and spies[0].calls == []
 
 
+@pytest.mark.integration
 def test_ctrl_c_stops_every_running_job_of_a_packed_sweep(tmp_path):
     """SIGINT to the sweep's process group (Ctrl-C) while two jobs train: the packed launcher passes it on to each
     (their launchers are in sessions of their own), both runs stop as interrupted, job 2 never starts, exit 130."""

@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from test_docs import _check_command
+from train_compose import check_command
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "packed_runs.py"
@@ -38,10 +37,10 @@ def test_the_dry_run_prints_the_warmup_and_three_arms_that_compose(tmp_path):
     assert [c[-1] for c in (sequential, packed_mps, timesliced)] == [
         f"training.log_dir={out.resolve() / arm}" for arm in ("sequential", "packed_mps", "packed_timesliced")]
     # every job of every arm composes as `train` would compose it
-    _check_command(shlex.join(["unilab", *warmup[3:]]))
+    check_command(shlex.join(["unilab", *warmup[3:]]))
     for cmd in (sequential, packed_mps, timesliced):
         one_seed = [a if not a.startswith("training.seed=") else "training.seed=1" for a in cmd[3:]]
-        _check_command(shlex.join(["train", *one_seed]))
+        check_command(shlex.join(["train", *one_seed]))
 
 
 def test_the_seeds_and_parallelism_follow_the_arguments(tmp_path, capsys):

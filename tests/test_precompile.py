@@ -5,14 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_fastsac import TINY as FASTSAC
-from test_flashsac import TINY as FLASHSAC
-from test_flashsac import transitions
-from test_warpsac import TINY as WARPSAC
+from tiny_learners import ACT, CRITIC_OBS, ENVS, FASTSAC, FLASHSAC, OBS, WARPSAC, transitions
 
 from unilab.algos.base import make_learner
 
-OBS, CRITIC_OBS, ACT, ENVS = 5, 7, 3, 32
 ALGOS = pytest.mark.parametrize("cfg", [FASTSAC, FLASHSAC, WARPSAC], ids=["fastsac", "flashsac", "warpsac"])
 
 

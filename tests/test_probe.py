@@ -203,11 +203,11 @@ def test_control_binary_missing(host, short_tmp):
 
 
 def test_daemon_not_answering_is_bounded(host, daemon):
-    daemon.silent = True
+    daemon.silent = True  # it holds each query 30 s: an unbounded probe would wait that long
     start = time.monotonic()
     err = fails_with(Prerequisite.DAEMON_ANSWERS, host, timeout_s=0.5)
-    assert time.monotonic() - start < 5
-    assert "0.5" in err.found
+    assert "no answer" in err.found and "0.5 s" in err.found, err.found  # its own bound ended the wait
+    assert time.monotonic() - start < 25  # not the daemon's 30 s: room for a busy machine
 
 
 def test_dead_daemon_leaves_a_socket_that_does_not_answer(host, daemon, fake_bin):
@@ -253,21 +253,47 @@ def test_error_renders_id_found_and_fix(host):
     assert err.as_dict()["prerequisite"] == "platform_linux"
 
 
-def test_verify_mps_clients_attached_and_not(host, daemon):
+class _Clock:
+    """time for verify_mps_clients' deadline: it moves only while the verification sleeps between polls. (Each
+    query still runs the fake control binary, bounded by its own timeout.)"""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_verify_mps_clients_attached_and_not(host, daemon, monkeypatch):
+    import unilab.mps.probe as probe_mod
+
     ev = probe(host)
     daemon.servers[5000] = [101, 102]
-    report = verify_mps_clients(ev, [101, 102], timeout_s=1, host=host)
+    report = verify_mps_clients(ev, [101, 102], timeout_s=60, host=host)  # returns at the first poll
     assert report.all_attached and report.server_pids == [5000]
-    report = verify_mps_clients(ev, [101, 999], timeout_s=0.5, host=host)
-    assert not report.all_attached and report.missing() == [999]
+    monkeypatch.setattr(probe_mod, "time", _Clock())
+    report = verify_mps_clients(ev, [101, 999], timeout_s=60, host=host, poll_s=60)  # two polls, then the deadline
+    assert not report.all_attached and report.missing() == [999] and report.error is None
 
 
 def test_verify_mps_clients_waits_for_late_clients(host, daemon):
-    import threading
+    answer = daemon._answer
 
+    def clients_after_the_first_poll(command: str) -> str:
+        reply = answer(command)
+        if command == "get_server_list":
+            daemon.servers[6000] = [7]  # the client shows up after the first poll
+        return reply
+
+    daemon._answer = clients_after_the_first_poll
     ev = probe(host)
-    threading.Timer(0.3, lambda: daemon.servers.update({6000: [7]})).start()
-    assert verify_mps_clients(ev, [7], timeout_s=3, host=host, poll_s=0.05).all_attached
+    daemon.servers.clear()
+    commands = len(daemon.commands)
+    assert verify_mps_clients(ev, [7], timeout_s=60, host=host, poll_s=0.05).all_attached
+    assert daemon.commands[commands:] == ["get_server_list", "get_server_list", "get_client_list 6000"]
 
 
 def test_verify_mps_clients_daemon_gone(host, daemon):

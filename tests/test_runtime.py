@@ -16,7 +16,7 @@ import pytest
 
 from unilab.rundir.metrics import METRIC_KEYS, read_metrics
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 # Play (training.no_play=false in cpu_smoke) is a fresh process that builds its worlds again: tests that do not
 # test it turn it off; those that do say training.no_play=false (a later override wins).
@@ -186,14 +186,13 @@ def test_resume_continues_iterations_and_logs(finished_run):
 
 
 def test_collector_exception_stops_the_learner(tmp_path):
-    # A contact capacity of 1 overflows at once; sim.overflow=error makes the collector raise.
-    start = time.monotonic()
+    # A contact capacity of 1 overflows at once; sim.overflow=error makes the collector raise. A learner left
+    # waiting would keep the run going past train()'s timeout.
     done = train(tmp_path, "sim.nconmax=1", "algo.max_iterations=1000")
     assert done.returncode == 1, done.stderr[-4000:]
     s = summary(only_run(tmp_path))
     assert s["status"] == "failed" and s["failed_role"] == "collector"
     assert "SimOverflowError" in s["traceback"]
-    assert time.monotonic() - start < 300
     # the console names the cause: the exception's last line, with its fix, under the run's status line
     last = done.stderr.strip().splitlines()[-4:]
     assert last[0].startswith("unilab: run failed: the collector raised an exception"), done.stderr[-2000:]
@@ -293,30 +292,24 @@ def test_children_exit_when_the_launcher_dies(tmp_path):
         rank = json.loads((run / "runtime_manifest.json").read_text())["ranks"][0]
         proc.kill()
         proc.wait(timeout=10)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and (pid_alive(rank["learner_pid"]) or pid_alive(rank["collector_pid"])):
-            time.sleep(0.2)
-        assert not pid_alive(rank["learner_pid"]) and not pid_alive(rank["collector_pid"])
+        _gone([rank["learner_pid"], rank["collector_pid"]])
     finally:
         proc.kill()
 
 
 @pytest.mark.parametrize("victim", ["learner", "collector"])
-def test_a_killed_child_ends_the_run_within_3_s(tmp_path, victim):
-    """kill -9 of one child: the launcher names it and stops the other within DEAD_CHILD_GRACE_S, not after the
-    grace period of an orderly stop (STOP_GRACE_S: the survivor may be stuck on the dead one's work)."""
+def test_a_killed_child_ends_the_run(tmp_path, victim):
+    """kill -9 of one child: the launcher names it and stops the other. (That the survivor gets DEAD_CHILD_GRACE_S,
+    not the grace period of an orderly stop, is checked on the supervisor's own clock in tests/test_console.py.)"""
     proc = _start(tmp_path)
     try:
         run = _wait_for_metrics(tmp_path, proc)
         rank = json.loads((run / "runtime_manifest.json").read_text())["ranks"][0]
-        killed = time.monotonic()
         os.kill(rank[f"{victim}_pid"], signal.SIGKILL)
-        _, err = proc.communicate(timeout=60)
-        took = time.monotonic() - killed
+        _, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
     assert proc.returncode == 1, err[-4000:]
-    assert took < 3.0, f"the launcher exited {took:.1f} s after the kill"
     s = summary(run)
     assert s["status"] == "failed" and s["failed_role"] == victim
     assert s["cause"] == f"{victim}_died: the {victim} was killed by SIGKILL (exit code -9)", s["cause"]
@@ -633,13 +626,13 @@ class _Console:
             self.proc.wait()
 
 
-def _gone_within(pids: list[int], seconds: float) -> float:
-    start = time.monotonic()
-    while any(pid_alive(p) for p in pids) and time.monotonic() - start < seconds + 10:
+def _gone(pids: list[int], hang_s: float = 60.0) -> None:
+    """Every process of `pids` exits; `hang_s` only bounds a hang (they are asked to stop, or lose their parent, and
+    go within a second or two on an idle machine)."""
+    deadline = time.monotonic() + hang_s
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    took = time.monotonic() - start
-    assert not any(pid_alive(p) for p in pids) and took <= seconds, f"{pids}: took {took:.1f} s"
-    return took
+    assert not any(pid_alive(p) for p in pids), f"{[p for p in pids if pid_alive(p)]} still running {hang_s:g} s later"
 
 
 def _child_pids(line: str) -> list[int]:
@@ -668,23 +661,21 @@ def test_a_signal_during_mps_client_verification(short_tmp, tmp_path, how):
             assert time.monotonic() < deadline and console.proc.poll() is None, "".join(console.lines)[-4000:]
             time.sleep(0.1)
         time.sleep(2.0)  # the learner is building or waiting for the go by now
-        start = time.monotonic()
         if how == "kill -9":
             console.proc.kill()
-            # 2 s on an idle wait (test_protocol); here the learner may be in native code and the host shared
-            _gone_within(pids, 5.0)
+            _gone(pids)
             return
         if how == "SIGTERM":
             console.proc.send_signal(signal.SIGTERM)
         else:  # Ctrl-C: the whole foreground process group
             os.killpg(console.proc.pid, signal.SIGINT)
-        code, err = console.wait(timeout=60)
-        assert code == 130 and time.monotonic() - start < 20, err[-4000:]
+        code, err = console.wait(timeout=120)  # well before the verification's 300 s
+        assert code == 130, err[-4000:]
         assert "Traceback" not in err and "mps_clients_attached" not in err, err[-4000:]
         assert "MPS clients verified" not in err, err[-4000:]  # the stopped queries verified nothing
         s = summary(only_run(log_dir))
         assert s["status"] == "interrupted" and ("SIGTERM" if how == "SIGTERM" else "SIGINT") in s["cause"]
-        _gone_within(pids, 1.0)
+        _gone(pids)
     finally:
         console.kill()
 
@@ -702,10 +693,9 @@ def test_a_signal_during_play(tmp_path, how):
         s = summary(only_run(tmp_path))
         assert s["status"] == "completed" and s["play"] == {"status": "started"}
         time.sleep(2.0)  # play is building its env or playing
-        start = time.monotonic()
         if how == "kill -9":
             console.proc.kill()
-            _gone_within([play_pid], 3.0)
+            _gone([play_pid])
             assert summary(only_run(tmp_path))["status"] == "completed"
             return
         if how == "play killed":
@@ -714,8 +704,8 @@ def test_a_signal_during_play(tmp_path, how):
             console.proc.send_signal(signal.SIGTERM)
         else:
             os.killpg(console.proc.pid, signal.SIGINT)
-        code, err = console.wait(timeout=60)
-        assert time.monotonic() - start < 15 and "Traceback" not in err, err[-4000:]
+        code, err = console.wait(timeout=120)  # play's 100000 steps would take far longer
+        assert "Traceback" not in err, err[-4000:]
         assert not pid_alive(play_pid)
         s = summary(only_run(tmp_path))
         assert s["status"] == "completed" and s["iterations"] == 5

@@ -17,10 +17,19 @@ def mj_model():
 
 
 @pytest.fixture(scope="module")
-def backend(mj_model):
+def _shared_backend(mj_model):
     from unilab.sim.mjwarp_backend import MjWarpBackend
 
     return MjWarpBackend(mj_model, N, "cpu", MjWarpSimConfig())
+
+
+@pytest.fixture
+def backend(_shared_backend, mj_model):
+    """The module's backend (built once), every world back in the stand pose at rest, time 0, no overflow counted:
+    a test sees nothing another one left (tests step it, write its views)."""
+    _reset_all(_shared_backend, mj_model)
+    _shared_backend.reset_overflow()
+    return _shared_backend
 
 
 def _reset_all(backend, mj_model):
@@ -42,8 +51,11 @@ def test_config_is_light():
         MjWarpSimConfig(iterations=0)
 
 
-@pytest.mark.slow
-def test_view_shapes(backend, mj_model):
+@pytest.mark.integration
+def test_view_shapes(mj_model):
+    from unilab.sim.mjwarp_backend import MjWarpBackend
+
+    backend = MjWarpBackend(mj_model, N, "cpu", MjWarpSimConfig())  # a new one: its initial state is checked below
     m = mj_model
     assert backend.qpos.shape == (N, m.nq)
     assert backend.qvel.shape == (N, m.nv)
@@ -65,7 +77,7 @@ def test_view_shapes(backend, mj_model):
     assert backend.xpos[0, 1, 2].item() == pytest.approx(g1.G1_DEFAULT_BASE_HEIGHT, abs=1e-5)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_step_matches_cpu_mujoco_and_advances_time(backend, mj_model):
     _reset_all(backend, mj_model)
     cfg = backend.cfg
@@ -87,7 +99,7 @@ def test_step_matches_cpu_mujoco_and_advances_time(backend, mj_model):
     assert torch.all(found > 0)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_masked_reset_only_touches_masked_worlds(backend, mj_model):
     _reset_all(backend, mj_model)
     backend.ctrl[:, 3] += 0.5
@@ -114,7 +126,7 @@ def test_masked_reset_only_touches_masked_worlds(backend, mj_model):
     np.testing.assert_allclose(backend.cvel[1].numpy(), d.cvel, atol=1e-3)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_views_are_zero_copy(backend):
     backend.qpos[3, 0] = 7.5
     assert backend.data.qpos.numpy()[3, 0] == pytest.approx(7.5)
@@ -122,7 +134,7 @@ def test_views_are_zero_copy(backend):
     assert torch.all(backend.ctrl == 0.25)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_overflow_is_surfaced(mj_model):
     from unilab.sim.mjwarp_backend import MjWarpBackend, SimOverflowError
 
@@ -139,14 +151,14 @@ def test_overflow_is_surfaced(mj_model):
     assert counted.overflow_total() == 0
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_default_capacity_does_not_overflow(backend):
     backend.reset_overflow()
     backend.step()
     assert backend.check_overflow() == 0
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_expand_model_field(backend, mj_model):
     generation = backend.model_generation
     friction = backend.expand_model_field("geom_friction")
@@ -161,7 +173,7 @@ def test_expand_model_field(backend, mj_model):
     assert torch.isfinite(backend.qpos).all()
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_solver_caps_reach_the_solver(mj_model):
     import warp as wp
 
@@ -196,6 +208,7 @@ print("NEW", sum(v - before.get(k, 0) for k, v in loaded().items()))
 """
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("compile_first", [True, False])
 def test_compile_kernels_loads_every_module_the_first_step_launches(compile_first):
     """After compile_kernels, the first forward and step load no module: MJWarp's per-model kernels were

@@ -154,7 +154,7 @@ def test_with_a_train_command_it_starts_samples_and_stops_the_run(tmp_path):
     assert "a line on stdout" in log.read_text()
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_samples_every_process_of_a_cpu_run(tmp_path, capsys):
     log_dir = tmp_path / "runs"
     proc = subprocess.Popen([sys.executable, "-m", "unilab.cli.train", "+preset=cpu_smoke", "task.num_envs=16",

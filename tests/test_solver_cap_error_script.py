@@ -27,6 +27,7 @@ def test_bad_input_exits_2_before_any_env_is_built(args, named, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.integration
 def test_the_reference_cap_reproduces_its_step_and_a_cap_of_1_does_not(tmp_path, monkeypatch):
     # In this process: the script's main() with its command line. Stepping a saved state again at the
     # reference cap must give the same velocities bit for bit (save_state / load_state hold everything

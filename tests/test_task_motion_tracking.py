@@ -12,7 +12,7 @@ from unilab.motion.synth import synthesize
 from unilab.sim.config import MjWarpSimConfig
 from unilab.tasks.g1_motion_tracking.config import G1MotionTrackingConfig, ObservationConfig, RandomizationConfig
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 N = 6
 OBS_DIM = 2 * 29 + 3 + 6 + 3 + 3 + 3 * 29  # 160
@@ -32,10 +32,18 @@ def cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def env(cache):
+def _shared_env(cache):
     from unilab.tasks.g1_motion_tracking.env import G1MotionTrackingEnv
 
     return G1MotionTrackingEnv(nominal_config(N), MjWarpSimConfig(), device="cpu", seed=0)
+
+
+@pytest.fixture
+def env(_shared_env):
+    """The module's env (built once: its kernels), its generator set back to its seed: a test's draws do not depend
+    on which tests ran before it on its worker."""
+    _shared_env.generator.manual_seed(0)
+    return _shared_env
 
 
 def nominal_config(num_envs: int, **kw) -> G1MotionTrackingConfig:
@@ -276,7 +284,7 @@ def test_fixed_storage_changes_no_result(cache, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def library_env(tmp_path_factory):
+def _shared_library_env(tmp_path_factory):
     """Three short synthesized clips of different lengths in one directory."""
     from unilab.tasks.g1_motion_tracking.env import G1MotionTrackingEnv
 
@@ -285,6 +293,12 @@ def library_env(tmp_path_factory):
         save_motion_clip(synthesize(duration=duration, seed=seed), d / f"{name}.npz")
     cfg = nominal_config(N, motion_file=str(d), episode_length_s=2.0)
     return G1MotionTrackingEnv(cfg, MjWarpSimConfig(), device="cpu", seed=0)
+
+
+@pytest.fixture
+def library_env(_shared_library_env):
+    _shared_library_env.generator.manual_seed(0)  # as `env`
+    return _shared_library_env
 
 
 def test_library_env_concatenates_and_resets_onto_clips(library_env):

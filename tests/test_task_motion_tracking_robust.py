@@ -41,13 +41,21 @@ def _make(cfg: G1MotionTrackingConfig, seed: int = 0):
 
 
 @pytest.fixture(scope="module")
-def env(cache):
+def _shared_env(cache):
     """Every robustness default on."""
     return _make(G1MotionTrackingConfig(num_envs=N))
 
 
+@pytest.fixture
+def env(_shared_env):
+    """The module's env (built once: its kernels), its generator set back to its seed: a test's draws do not depend
+    on which tests ran before it on its worker."""
+    _shared_env.generator.manual_seed(0)
+    return _shared_env
+
+
 @pytest.fixture(scope="module")
-def quiet_env(cache):
+def _shared_quiet_env(cache):
     """Exact resets and clean observations; a push in the third control step (0.05 s, 0.02 s steps) and
     then every 0.05 s; no friction or CoM draws, no self-collisions."""
     rnd = RandomizationConfig(reset_root_pos=0.0, reset_root_yaw=0.0, reset_joint_pos=0.0, reset_vel=0.0,
@@ -56,7 +64,13 @@ def quiet_env(cache):
                                         self_collisions=False))
 
 
-pytestmark = pytest.mark.slow
+@pytest.fixture
+def quiet_env(_shared_quiet_env):
+    _shared_quiet_env.generator.manual_seed(0)  # as `env`
+    return _shared_quiet_env
+
+
+pytestmark = pytest.mark.integration
 
 
 # --------------------------------------------------------------------------- reset noise

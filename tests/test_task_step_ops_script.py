@@ -24,7 +24,7 @@ def test_bad_input_exits_2_and_writes_nothing(tmp_path, args, named):
     assert not out.exists()
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_counts_are_attributed_to_the_task_methods(tmp_path, monkeypatch, capsys):
     # In this process (its imports are made already): the script's main() with its command line.
     spec = importlib.util.spec_from_file_location("task_step_ops", SCRIPT)

@@ -53,8 +53,17 @@ def _short_env(seed: int):
 
 
 @pytest.fixture(scope="module")
-def short_envs():
+def _shared_short_envs():
     return _short_env(7), _short_env(7)
+
+
+@pytest.fixture
+def short_envs(_shared_short_envs):
+    """Two envs of one seed, their generators set back to it: the tests that use the first one alone must not leave
+    it ahead of the second for the test that compares them (whichever ran first on the worker)."""
+    for short in _shared_short_envs:
+        short.generator.manual_seed(7)
+    return _shared_short_envs
 
 
 def _random_actions(gen: torch.Generator, n: int) -> torch.Tensor:
@@ -71,7 +80,7 @@ def _balance_actions(env) -> torch.Tensor:
     return a.clamp(-1.0, 1.0)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_shapes_and_contract(env):
     obs = env.reset()
     assert (env.obs_dim, env.critic_obs_dim, env.action_dim) == (98, 106, 29)
@@ -91,7 +100,7 @@ def test_shapes_and_contract(env):
     assert set(timing) == {"backend_ms", "task_ms"} and timing["backend_ms"] > 0.0
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_same_seed_same_rollout(short_envs):
     a, b = short_envs
     obs_a, obs_b = a.reset(), b.reset()
@@ -107,7 +116,7 @@ def test_same_seed_same_rollout(short_envs):
     assert torch.equal(a.commands, b.commands)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_reward_terms_finite(env):
     env.reset()
     gen = torch.Generator().manual_seed(1)
@@ -120,7 +129,7 @@ def test_reward_terms_finite(env):
     assert info["rew/alive"] > 0.0 and info["rew/action_rate"] < 0.0
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_low_pelvis_terminates_and_auto_resets(env):
     env.reset()
     qpos = env.qpos
@@ -146,7 +155,7 @@ def test_low_pelvis_terminates_and_auto_resets(env):
     assert torch.equal(obs[1:], info["final_obs"][1:])  # other envs untouched
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_timeout_truncates(short_envs):
     env = short_envs[0]
     env.reset()
@@ -158,7 +167,7 @@ def test_timeout_truncates(short_envs):
     assert (env.episode_length == 0).all()
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_commands_resample(env):
     env.reset()
     c = env.cfg.commands
@@ -182,7 +191,7 @@ def test_commands_resample(env):
         assert ((speed == 0.0) | (speed >= c.min_lin_speed)).all()
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_randomisation_hooks(short_envs):
     env = short_envs[0]
     env.reset()
@@ -200,7 +209,7 @@ def test_randomisation_hooks(short_envs):
     assert torch.allclose(env.push_time_left[:2], torch.full((2,), 0.06)) and (env.push_time_left[2:] > 99.0).all()
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_default_task_staggers_first_episodes_and_bounds_actions_by_joint_limits():
     env = make_env(G1WalkFlatConfig(num_envs=N, episode_length_s=3.0), MjWarpSimConfig(), device="cpu", seed=3)
     first = env.episode_length.clone()
@@ -214,7 +223,7 @@ def test_default_task_staggers_first_episodes_and_bounds_actions_by_joint_limits
         env._action_spans(G1WalkFlatConfig(action_bounds="torque"))
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_tracking_errors_and_held_commands(env):
     env.reset()
     qpos, qvel = env.qpos, env.qvel
@@ -239,7 +248,7 @@ def test_tracking_errors_and_held_commands(env):
     env._held_commands = None
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_feet_distance_penalty(env):
     env.reset()
     assert (env._reward_feet_distance() == 0.0).all()  # the stand pose has its feet apart
@@ -248,7 +257,7 @@ def test_feet_distance_penalty(env):
     assert (gap > env.cfg.rewards.min_feet_distance).all()
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_stance_controller_survives_an_episode(env):
     env.reset()
     for i in range(env.max_episode_length):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fakes import GPU_A, FakeNvml
-from train_calls import Spy, interrupt_real_sweep, run_dirs, run_train, spies, tree_digest  # noqa: F401 - spies is a fixture
+from train_calls import Spy, interrupt_real_sweep, run_dirs, run_train, tree_digest
 from unilab.cli.tools import main as tools_main
 
 
@@ -962,6 +962,7 @@ def test_dry_run_validates_every_job(tmp_path, spies, capsys):
     assert not log_dir.exists() and spies[0].calls == []
 
 
+@pytest.mark.integration
 def test_a_real_sweep_with_a_failing_run_runs_the_other_job(tmp_path):
     """`train -m` end to end on the CPU: job 0's run fails (start-up past its 1 ms timeout), job 1 still trains;
     the exit status is the failed run's (1) and the summary names both run directories."""
@@ -983,6 +984,7 @@ def test_a_real_sweep_with_a_failing_run_runs_the_other_job(tmp_path):
     assert summary[2] == f"  #1 training.startup_timeout_s=900 -> completed, {completed}"
 
 
+@pytest.mark.integration
 def test_ctrl_c_stops_a_real_sweep(tmp_path):
     """SIGINT to the sweep's process group (Ctrl-C) during job 0's run: the run stops as interrupted, job 1 never
     starts, exit status 130."""

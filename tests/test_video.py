@@ -47,7 +47,7 @@ def _listing(*dirs) -> set:
     return {p for d in dirs for p in Path(d).rglob("*")}
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_video_of_a_walk_run_decodes_to_a_frame_per_state(walk_run, tmp_path):
     video = tmp_path / "walk.mp4"
     done = _play_subprocess(walk_run, "--video", video, "--steps", 10, "--envs", 2, "--width", 160, "--height", 120,
@@ -60,7 +60,7 @@ def test_video_of_a_walk_run_decodes_to_a_frame_per_state(walk_run, tmp_path):
     assert json.loads((tmp_path / "play.json").read_text())["agent"] == "policy"
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_random_agent_needs_no_checkpoint_and_tiles_worlds_into_a_gif(walk_run, tmp_path):
     bare = tmp_path / "bare"
     bare.mkdir()
@@ -81,7 +81,7 @@ def test_random_agent_needs_no_checkpoint_and_tiles_worlds_into_a_gif(walk_run, 
     assert report["agent"] == "random" and report["checkpoint"] is None and report["iteration"] is None
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_zero_agent_runs_without_a_checkpoint_and_the_policy_does_not(walk_run, tmp_path, capsys):
     bare = tmp_path / "bare"
     bare.mkdir()
@@ -95,6 +95,7 @@ def test_zero_agent_runs_without_a_checkpoint_and_the_policy_does_not(walk_run, 
     assert not (tmp_path / "p.json").exists()
 
 
+@pytest.mark.integration
 def test_bad_video_paths_exit_2_and_leave_nothing(walk_run, tmp_path, capsys):
     before = _listing(walk_run, tmp_path)
     (tmp_path / "dir.mp4").mkdir()
@@ -113,6 +114,7 @@ def test_bad_video_paths_exit_2_and_leave_nothing(walk_run, tmp_path, capsys):
     assert _listing(walk_run, tmp_path) == before
 
 
+@pytest.mark.integration
 def test_missing_video_extra_exits_2_naming_it(walk_run, tmp_path, capsys, monkeypatch):
     import builtins
 
@@ -131,6 +133,7 @@ def test_missing_video_extra_exits_2_naming_it(walk_run, tmp_path, capsys, monke
     assert _listing(walk_run, tmp_path) == before
 
 
+@pytest.mark.integration
 def test_viewer_without_a_display_exits_2(walk_run, tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("DISPLAY", raising=False)
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
@@ -168,7 +171,7 @@ def test_tracking_markers_are_spheres_at_the_tracked_reference_bodies():
     assert all(isinstance(s, mk.Sphere) for m in per_world for s in m)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_markers_are_drawn_into_the_frame():
     """A reference sphere and a command arrow in front of the robot change the pixels of their colours."""
     script = textwrap.dedent("""
@@ -213,7 +216,7 @@ class _ClipEnv:
         self.dt, self.device = 0.02, torch.device("cpu")
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_training_clips_record_world_0_every_interval_and_render_in_another_process(tmp_path, monkeypatch):
     from unilab.viz import clip
 
@@ -247,7 +250,7 @@ def test_training_clips_record_world_0_every_interval_and_render_in_another_proc
     assert image.step == 0 and (image.width, image.height) == (5 * 240, 180)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_run_with_video_interval_leaves_a_clip_and_its_strip(tmp_path):
     """The collector hook end to end: 2 envs, 25 ticks an iteration, a 5 s clip from iteration 0."""
     from unilab.viz import clip

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from train_calls import run_dirs, run_train, spies  # noqa: F401 - spies is a fixture
+from train_calls import run_dirs, run_train
 from unilab.rundir.layout import METRICS_FILE
 from unilab.rundir.metrics import MetricsWriter, read_metrics
 from unilab.rundir.run_config import load_run_config
@@ -168,7 +168,7 @@ def test_wandb_with_the_package_composes(tmp_path, spies, fake_wandb):  # noqa: 
 # --- end to end: the learner of rank 0 logs the run ---------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_training_run_logs_to_wandb(tmp_path):
     log_dir, record = tmp_path / "runs", tmp_path / "wandb_calls.jsonl"
     env = {**os.environ, "FAKE_WANDB_LOG": str(record),

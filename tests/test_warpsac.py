@@ -12,11 +12,13 @@ from dataclasses import replace
 
 import pytest
 import torch
-
-from test_flashsac import (
-    ACT, CRITIC_OBS, ENVS, OBS, assert_on_spheres, bandit, name_imported_without_torch, norm_layers, one_thread,
+from tiny_learners import (
+    ACT, CRITIC_OBS, OBS, assert_on_spheres, bandit, name_imported_without_torch, norm_layers,
     round_trip_continues_identically, transitions,
 )
+from tiny_learners import WARPSAC as TINY
+from tiny_learners import learner as flashsac_learner
+
 from unilab.algos.base import make_learner
 from unilab.algos.flashsac.config import FlashSACConfig
 from unilab.algos.flashsac.learner import FlashSACLearner
@@ -26,21 +28,9 @@ from unilab.algos.warpsac.config import ReplaySampling, WarpSACConfig
 from unilab.algos.warpsac.learner import WarpSACLearner
 from unilab.algos.warpsac.replay import AgeBiasedSampler, age_weights
 
-__all__ = ["one_thread"]  # FlashSAC's autouse fixture: one intra-op thread here too
-
-TINY = WarpSACConfig(
-    batch_size=64, updates_per_step=4, policy_delay=2, replay_capacity=2048, learning_starts=1,
-    actor_hidden_dim=16, critic_hidden_dim=16, actor_num_blocks=1, critic_num_blocks=1, num_envs=ENVS,
-    noise_repeat_max=4, replay_sampling=ReplaySampling(decay_step=64, num_buckets=16),
-)  # fmt: skip
-
 
 def learner(cfg=TINY, seed: int = 0, chunks: int = 4):
-    torch.manual_seed(100 + seed)
-    lrn = make_learner(cfg, OBS, CRITIC_OBS, ACT, "cpu", seed)
-    for _ in range(chunks):
-        lrn.add(transitions())
-    return lrn
+    return flashsac_learner(cfg, seed, chunks)
 
 
 def flat(module) -> torch.Tensor:
@@ -294,6 +284,7 @@ def test_parameter_normalisation_can_be_switched_off_per_network():
 # ---------------------------------------------------------------- learning, checkpoints, CUDA
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs CUDA"))])
 def test_bandit_deterministic_action_approaches_the_optimum(device):
@@ -347,7 +338,7 @@ def test_cuda_graph_draws_by_age_without_host_sync():
 # ---------------------------------------------------------------- end to end
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_cpu_smoke_run_with_warpsac_completes_and_learns(tmp_path):
     """`train +preset=cpu_smoke --algo warpsac`: the two processes, the MJWarp walk task, updates whose critic
     loss falls, checkpoints, and the trained policy played from its checkpoint at the end."""

@@ -1,4 +1,5 @@
-"""`train` called in-process, with spies on what it would start: shared by the tests of the command line."""
+"""`train` called in-process (the `spies` fixture of tests/conftest.py stands in for what it would start), and a real
+sweep interrupted: shared by the tests of the command line."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-import pytest
 
 from unilab.cli.train import main as train_main
 
@@ -23,18 +22,6 @@ class Spy:
     def __call__(self, *args, **kwargs):
         self.calls.append((args, kwargs))
         return self.result
-
-
-@pytest.fixture
-def spies(monkeypatch):
-    """Spies on the process launcher and the environment factory."""
-    import unilab.launcher.launch as launch_mod
-    import unilab.tasks as tasks
-
-    launcher, env_factory = Spy(), Spy()
-    monkeypatch.setattr(launch_mod, "launch", launcher)
-    monkeypatch.setattr(tasks, "make_env", env_factory)
-    return launcher, env_factory
 
 
 def run_train(*args) -> int:

@@ -1,0 +1,93 @@
+"""`train`'s config composed in this process (Hydra, without running the probe): a documented command checked the
+way `train` would read it, and the flattened config of a list of overrides."""
+
+from __future__ import annotations
+
+import shlex
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
+
+from unilab.cli.short_form import expand_short_form
+from unilab.cli.tools import build_parser
+from unilab.cli.train import CONF_DIR
+from unilab.config import register_configs, register_resolvers
+
+HYDRA_FLAGS = {"-m", "--multirun", "--resolve", "--help", "-h", "--hydra-help", "--dry-run"}  # --dry-run: train's own
+HYDRA_FLAGS_WITH_VALUE = {"--cfg", "-c"}
+
+
+def check_command(line: str) -> None:
+    argv = shlex.split(line)
+    if argv[0] == "torchrun":
+        argv = _torchrun_train(argv)
+    if argv[:2] == ["unilab", "warmup"]:  # train overrides: they must compose as train's do
+        argv = ["train", *argv[2:]]
+    if argv[0] == "unilab":
+        # `motion synth` and `mps doctor` take their own options: the subcommand must exist
+        build_parser().parse_args(argv[1:3] if argv[1:3] in (["motion", "synth"], ["mps", "doctor"]) else argv[1:])
+        return
+    register_configs()
+    register_resolvers()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        for job in train_jobs(argv[1:]):
+            cfg = compose(config_name="train", overrides=job)  # validates keys, values, group options
+            assert cfg.training is not None
+
+
+def _torchrun_train(argv: list[str]) -> list[str]:
+    """`torchrun OPTIONS -m unilab.cli.train OVERRIDES`: torchrun's options through torchrun's own parser, then
+    the `train` command its workers run."""
+    from torch.distributed.run import get_args_parser
+
+    args = get_args_parser().parse_args(argv[1:])
+    assert args.module and args.training_script == "unilab.cli.train", argv
+    return ["train", *args.training_script_args]
+
+
+def train_jobs(argv: list[str]) -> list[list[str]]:
+    """Hydra overrides of a `train` command line, one list per job of a `-m` sweep over groups."""
+    out, skip = [], False
+    for arg in expand_short_form(argv):
+        if skip:
+            skip = False
+        elif arg in HYDRA_FLAGS:
+            continue
+        elif arg in HYDRA_FLAGS_WITH_VALUE:
+            skip = True
+        else:
+            out.append(arg)
+    multirun = any(a in ("-m", "--multirun") for a in argv)
+    jobs = [[]]
+    for arg in out:
+        key, _, value = arg.partition("=")
+        swept = key.lstrip("+") in ("execution", "algo", "task", "sim") or (
+            multirun and "," in value and not value.startswith(("[", "{", "'", '"')))  # `-m training.seed=1,2`
+        values = value.split(",") if swept else [value]
+        jobs = [job + [f"{key}={v}"] for job in jobs for v in values]
+    return jobs
+
+
+def _flatten(data, prefix: str = "") -> dict:
+    if isinstance(data, dict) and data:
+        out: dict = {}
+        for key, value in data.items():
+            out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: data}
+
+
+def composed(overrides: list[str]) -> dict:
+    """The flattened config `train` composes for `overrides`: resolved, except the probe's node (not run)."""
+    register_configs()
+    register_resolvers()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose(config_name="train", overrides=overrides)
+    probe_node = OmegaConf.to_container(cfg, resolve=False)["execution_evidence"]
+    OmegaConf.set_struct(cfg, False)
+    del cfg["execution_evidence"]
+    flat = _flatten(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True, throw_on_missing=True))
+    return {**flat, "execution_evidence": probe_node}
