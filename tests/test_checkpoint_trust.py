@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from train_calls import run_train, spies, tree_digest  # noqa: F401 - spies is a fixture
+from train_calls import run_train, tree_digest
 from unilab.cli.tools import main as tools_main
 
 

@@ -268,13 +268,13 @@ class _Clock:
 
 
 def test_verify_mps_clients_attached_and_not(host, daemon, monkeypatch):
-    import unilab.mps.probe as probe_mod
+    import unilab.mps.verify as verify_mod
 
     ev = probe(host)
     daemon.servers[5000] = [101, 102]
     report = verify_mps_clients(ev, [101, 102], timeout_s=60, host=host)  # returns at the first poll
     assert report.all_attached and report.server_pids == [5000]
-    monkeypatch.setattr(probe_mod, "time", _Clock())
+    monkeypatch.setattr(verify_mod, "time", _Clock())
     report = verify_mps_clients(ev, [101, 999], timeout_s=60, host=host, poll_s=60)  # two polls, then the deadline
     assert not report.all_attached and report.missing() == [999] and report.error is None
 
