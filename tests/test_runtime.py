@@ -261,8 +261,13 @@ def test_signal_stops_both_saves_and_marks_interrupted(tmp_path, sig, group):
     s = summary(run)
     assert s["status"] == "interrupted" and sig.name in s["cause"]
     assert s["iterations"] and s["iterations"] >= 3  # the learner saved and reported where it stopped
+    assert_stopped_and_saved(run, s)
+
+
+def assert_stopped_and_saved(run: Path, s: dict) -> None:
+    """A run stopped on a signal kept what it learned and left nothing running: its checkpoint, its metric rows up
+    to where it stopped (written before the checkpoint, so a resume from it leaves no gap), both children gone."""
     assert (run / "checkpoints" / "latest.pt").exists()
-    # the pending rows were written before the checkpoint: a resume from it leaves no gap
     assert [r["iteration"] for r in read_metrics(run)] == list(range(s["iterations"]))
     rank = json.loads((run / "runtime_manifest.json").read_text())["ranks"][0]
     assert not pid_alive(rank["learner_pid"]) and not pid_alive(rank["collector_pid"])
@@ -778,11 +783,7 @@ def test_a_closed_terminal_stops_the_run_like_sigterm(tmp_path):
     s = summary(run)
     assert s["status"] == "interrupted" and s["cause"] == "SIGHUP received", s
     assert s["iterations"] and s["iterations"] >= 3
-    assert (run / "checkpoints" / "latest.pt").exists()
-    assert [r["iteration"] for r in read_metrics(run)] == list(range(s["iterations"]))
-    rank = json.loads((run / "runtime_manifest.json").read_text())["ranks"][0]
-    assert not pid_alive(rank["learner_pid"]) and not pid_alive(rank["collector_pid"])
-    assert_released_each_other(run)
+    assert_stopped_and_saved(run, s)
 
 
 def test_a_full_disk_at_a_checkpoint_is_named_and_leaves_the_last_one(tmp_path):
@@ -799,11 +800,12 @@ def test_a_full_disk_at_a_checkpoint_is_named_and_leaves_the_last_one(tmp_path):
     # short left (it would remove a link planted before).
     plant = ("import os, sys\n"
              "import unilab.launcher.prepare as prepare\n"
-             "clear = prepare._remove_partial_saves\n"
-             "def cleared(run_dir, target):\n"
-             "    clear(run_dir, target)\n"
-             "    os.symlink('/dev/full', os.path.join(run_dir, 'checkpoints', 'iter_0000008.tmp'))\n"
-             "prepare._remove_partial_saves = cleared\n"
+             "clear = prepare.clear_partial_saves\n"
+             "def cleared(target):\n"
+             "    notes = clear(target)\n"
+             "    os.symlink('/dev/full', os.path.join(target.run_dir, 'checkpoints', 'iter_0000008.tmp'))\n"
+             "    return notes\n"
+             "prepare.clear_partial_saves = cleared\n"
              "from unilab.cli.train import main\n"
              "main(sys.argv[1:])\n")
     cmd = [sys.executable, "-c", plant, *SMOKE, f"training.log_dir={tmp_path}", f"training.resume={run}",

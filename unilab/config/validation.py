@@ -196,12 +196,10 @@ def check_host(training: TrainingConfig) -> None:
     from unilab.checks import require
     from unilab.viz.gl import require_gl_for
 
-    try:
-        require_gl_for("training.video_interval", training.video_interval)  # the clips need OpenGL; training does not
-        require("wandb" not in training.logger or importlib.util.find_spec("wandb") is not None, "training.logger",
-                list(training.logger), f"loggers whose packages are installed (wandb is not: {WANDB_EXTRA_HINT})")
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    _checked(require_gl_for, "training.video_interval", training.video_interval)  # clips need OpenGL; training not
+    _checked(require, "wandb" not in training.logger or importlib.util.find_spec("wandb") is not None,
+             "training.logger", list(training.logger),
+             f"loggers whose packages are installed (wandb is not: {WANDB_EXTRA_HINT})")
 
 
 def role_mps_env(training: dict) -> dict[str, dict[str, str]]:

@@ -22,7 +22,8 @@ from unilab.rundir.create import archive_segment, new_run_dir
 from unilab.rundir.layout import is_run_dir, rank_dir
 from unilab.rundir.manifest import RuntimeManifest
 from unilab.rundir.provenance import source_evidence, version_evidence
-from unilab.rundir.resume import ResumePoint, ResumeRefused, ResumeTarget, resume_dir, resume_target
+from unilab.rundir.resume import (ResumePoint, ResumeRefused, ResumeTarget, clear_partial_saves, lost_rows,
+                                  resume_dir, resume_target)
 from unilab.rundir.run_config import write_run_config
 from unilab.world import DistributedContext
 
@@ -96,24 +97,6 @@ def _new_run_dir(config: RunConfig, name_suffix: str = "") -> Path:
         raise ConfigError(f"training.log_dir={training.log_dir}: {exc.strerror or exc}; {fix}") from None
 
 
-def _lost_metrics(run_dir: Path, target: ResumeTarget) -> list[str]:
-    """A note for each rank's metrics.jsonl whose rows stop short of the resumed checkpoint (a torn last line,
-    rows not written before a kill, a deleted file): that history is lost, and the resume says so."""
-    from unilab.rundir.layout import METRICS_FILE
-    from unilab.rundir.metrics import MetricsError, rows_lost_before
-
-    notes = []
-    for metrics in sorted({run_dir / METRICS_FILE, *run_dir.glob(f"**/{METRICS_FILE}")}):  # rank 0's, even gone
-        try:
-            lost = rows_lost_before(metrics.parent, target.iteration)
-        except (MetricsError, OSError, UnicodeDecodeError):  # refused by _check_metrics already
-            continue
-        if lost:
-            notes.append(f"{metrics.relative_to(run_dir)}: {lost}; resuming from checkpoint "
-                         f"{Path(target.checkpoint).name}")
-    return notes
-
-
 def prepare_run(request: ValidatedRequest, name_suffix: str = "") -> PreparedRun:
     """The run directory and its evidence files for a request every check passed (unilab.config.validation).
     `name_suffix`: appended to the default run name (a sweep job's swept values), not to training.run_name."""
@@ -126,11 +109,12 @@ def prepare_run(request: ValidatedRequest, name_suffix: str = "") -> PreparedRun
         own_dir = run_dir
     try:
         if target is not None:
-            target.notes += _lost_metrics(run_dir, target)
-            for note in target.notes:
-                print(f"unilab: note: {note}", file=sys.stderr)
+            target.notes += lost_rows(target)
+            _say(target.notes)
             archive_segment(run_dir)
-            _remove_partial_saves(run_dir, target)
+            cleared = clear_partial_saves(target)
+            _say(cleared)
+            target.notes += cleared
         write_run_config(own_dir, config.values)
         manifest = RuntimeManifest(
             run_dir=str(run_dir),
@@ -154,16 +138,9 @@ def prepare_run(request: ValidatedRequest, name_suffix: str = "") -> PreparedRun
                        notes=list(target.notes) if target else [], world=world, own_dir=own_dir)
 
 
-def _remove_partial_saves(run_dir: Path, target: ResumeTarget) -> None:
-    """A resume removes the temporary files of saves cut short, with a note (console and run_summary.json)."""
-    from unilab.rundir.checkpoint import remove_partial_saves
-    from unilab.rundir.layout import CHECKPOINT_DIR
-
-    removed = remove_partial_saves(run_dir)
-    if removed:
-        note = f"removed {', '.join(removed)} from {CHECKPOINT_DIR}/: left by a save that was cut short"
+def _say(notes: list[str]) -> None:
+    for note in notes:
         print(f"unilab: note: {note}", file=sys.stderr)
-        target.notes.append(note)
 
 
 def _claim_rank_dir(config: RunConfig, world: DistributedContext):

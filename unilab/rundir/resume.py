@@ -1,5 +1,6 @@
 """Resuming a run, in one place: the checks the launcher makes before it touches the run directory
-(`resume_target`, run under the directory's lock), the point it hands both roles (`ResumePoint`), what each
+(`resume_target`, run under the directory's lock), what it notes and clears once they passed (`lost_rows`,
+`clear_partial_saves`), the point it hands both roles (`ResumePoint`), what each
 checkpoint records for those checks (`weights_record`) and the learner's side (`restore`, `refill_target`).
 
 ResumePoint is read once by the launcher, after every check, and handed to both roles, so that the learner's
@@ -14,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .checkpoint import FoundCheckpoint, find_checkpoint, find_intact_checkpoint, load_checkpoint, run_dir_of
-from .layout import METRICS_FILE, is_run_dir
-from .metrics import MetricsError, read_metrics
+from .checkpoint import (FoundCheckpoint, find_checkpoint, find_intact_checkpoint, load_checkpoint,
+                         remove_partial_saves, run_dir_of)
+from .layout import CHECKPOINT_DIR, METRICS_FILE, is_run_dir
+from .metrics import MetricsError, read_metrics, rows_lost_before
 from .run_config import load_run_config, structure_diff, structure_of
 
 # The sizes a checkpoint's weights were built for (the collector's Dims names them alike).
@@ -100,6 +102,30 @@ def _check_metrics(run_dir: Path, resume: str) -> None:
             read_metrics(metrics.parent, torn_tail_ok=True)
         except (MetricsError, OSError, UnicodeDecodeError) as exc:
             raise ResumeRefused(f"training.resume={resume}: {exc}; repair or remove that line to resume") from exc
+
+
+def lost_rows(target: ResumeTarget) -> list[str]:
+    """A note for each rank's metrics.jsonl whose rows stop short of the resumed checkpoint (a torn last line,
+    rows not written before a kill, a deleted file): that history is lost, and the resume says so."""
+    notes = []
+    run_dir = target.run_dir
+    for metrics in sorted({run_dir / METRICS_FILE, *run_dir.glob(f"**/{METRICS_FILE}")}):  # rank 0's, even gone
+        try:
+            lost = rows_lost_before(metrics.parent, target.iteration)
+        except (MetricsError, OSError, UnicodeDecodeError):  # refused by _check_metrics already
+            continue
+        if lost:
+            notes.append(f"{metrics.relative_to(run_dir)}: {lost}; resuming from checkpoint "
+                         f"{Path(target.checkpoint).name}")
+    return notes
+
+
+def clear_partial_saves(target: ResumeTarget) -> list[str]:
+    """Remove the temporary files of saves cut short (under the run directory's lock); a note naming them."""
+    removed = remove_partial_saves(target.run_dir)
+    if not removed:
+        return []
+    return [f"removed {', '.join(removed)} from {CHECKPOINT_DIR}/: left by a save that was cut short"]
 
 
 def weights_record(config_values: dict[str, Any], dims: Any) -> dict:
