@@ -58,7 +58,7 @@ def download(files: WheelFiles, *, offline: bool = False, env=os.environ) -> Pat
     index = env.get(INDEX_ENV)
     if index:
         cmd += ["--no-index", "--find-links", index]
-    result = subprocess.run(cmd, capture_output=True, text=True)
+    result = subprocess.run(cmd, check=False, capture_output=True, text=True)
     found = sorted(downloads.glob(files.wheel_glob))
     if result.returncode != 0 or not found:
         tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
