@@ -62,7 +62,7 @@
 # default `python3 -m unilab.cli.train`, `python3 -m unilab.cli.tools`, `python3`). DIR (--out, or
 # $SESSION_DIR) defaults to /tmp/session: logs, JSON, plots. Run folders: /tmp/gate/NAME, /tmp/learn/NAME,
 # /tmp/NAME (ab); LEARN_DIR moves /tmp/learn. A device command may run 10 minutes: start long work with `bg` or `learn`, then `wait`.
-# docs/en/performance.md (appendix) lists what past sessions ran with these subcommands.
+# docs/history/performance.md ("What each set ran") lists what past sessions ran with these subcommands.
 set -u
 SELF=$(readlink -f "$0")
 cd "$(dirname "$SELF")/.." || exit 2

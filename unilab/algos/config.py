@@ -75,7 +75,7 @@ class OffPolicyAlgoConfig:
     cuda_graph_warmup: int = 3
     # torch.compile the losses (fuses norms, activations, softmaxes and the categorical projection,
     # forward and backward) before the cycle is captured; the acting policy is compiled with them.
-    # Costs start-up time and takes the cycle several times faster (docs/en/performance.md, sessions
+    # Costs start-up time and takes the cycle several times faster (docs/history/performance.md, sets
     # 3 and 4). null: on where the cycle is a CUDA graph, off on the CPU.
     compile: Optional[bool] = None
     # Inductor's mode for those compiles: null (its default), "default" or "max-autotune-no-cudagraphs"
@@ -84,7 +84,7 @@ class OffPolicyAlgoConfig:
     compile_mode: Optional[str] = None
     # Inductor's combo kernels: independent small kernels of a compiled region (weight casts, per-layer
     # reductions) launched as one. Fewer kernels per cycle; whether the cycle is shorter depends on the
-    # networks (docs/en/performance.md has the measurement per algorithm).
+    # networks (docs/history/performance.md has the measurement per algorithm).
     combo_kernels: bool = False
 
     # Deprecated keys this dataclass still accepts: old key -> what the warning tells to set instead.

@@ -68,7 +68,7 @@ class MpsPriority(str, Enum):
 class MpsClientPriority:
     """CUDA_MPS_CLIENT_PRIORITY per role (null: unset, i.e. normal). For `+execution=mps` runs;
     refused in null mode. A below-normal collector favours the learner's update where it is the
-    longer role (measured in docs/en/performance.md)."""
+    longer role (measured in docs/history/performance.md)."""
 
     learner: Optional[MpsPriority] = None
     collector: Optional[MpsPriority] = None
@@ -85,7 +85,7 @@ class TrainingConfig(ExecutionConfig):
     resume: Optional[str] = None
     # Share of the replay capacity refilled (acting with the restored policy) before a resumed run updates.
     # All envs restart at once, so a small refill holds only early-episode states, and a FastSAC walk run
-    # has collapsed at such a resume (docs/en/performance.md); a full refill is the default.
+    # has collapsed at such a resume (docs/history/performance.md); a full refill is the default.
     resume_refill_fraction: float = 1.0
     # Checkpoints kept in checkpoints/: the newest N (latest.pt's file among them), older ones removed after
     # each save; null: every one. Five keep a resume's fallbacks and a look back over the last intervals, where

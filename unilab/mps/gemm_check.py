@@ -2,7 +2,7 @@
 
 Under some values of CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, bf16 and fp16 cuBLAS products of the
 learner's shapes came back NaN or wrong without any error, while fp32 stayed exact (measured shares,
-shapes and the software they were seen with: docs/en/performance.md, "A fault found with the
+shapes and the software they were seen with: docs/history/performance.md, "A fault found with the
 thread-share knob" and Session 5). The learner (the role that runs bf16) started with a share checks
 once, after its CUDA context exists, and fails closed instead of training on corrupt arithmetic. The
 collector computes in fp32 and is not checked.
@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 SHARE_VAR = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-# Shapes seen to fail (docs/en/performance.md): an ensemble layer and one of its members.
+# Shapes seen to fail (docs/history/performance.md): an ensemble layer and one of its members.
 SHAPES = (((2, 8192, 768), (2, 768, 384)), ((8192, 768), (768, 384)))
 MAX_RELATIVE_ERROR = 0.02  # bf16 keeps 8 mantissa bits: correct products land well below this
 

@@ -16,7 +16,7 @@ _ONE_LR = "set algo.lr, the one learning rate of critic, actor and temperature (
 class FastSACConfig(OffPolicyAlgoConfig):
     name: str = "fastsac"
     # A shorter horizon than the base's 0.99: on the G1 walk task it learned to track commands several
-    # times more closely in the same wall time (ablation table in docs/en/walk.md).
+    # times more closely in the same wall time (ablation table in docs/history/walk.md).
     gamma: float = 0.97
     # A plain `train --algo fastsac --task g1_walk_flat` ends with a policy that tracks its commands
     # (docs/en/walk.md), and keeps a checkpoint of every stretch of it for `unilab eval`.

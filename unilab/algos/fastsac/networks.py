@@ -12,7 +12,7 @@ from unilab.algos.normalizer import RunningNormalizer
 
 # bf16 GEMMs whose operand widths are multiples of 8 (16 bytes) get cuBLAS's fast tensor-core kernels; other
 # widths (task observation sizes, 101 atoms) fall back to align-1/2 kernels several times slower (their
-# share of the update cycle: docs/en/performance.md, session 6). So the first and last layers are padded:
+# share of the update cycle: docs/history/performance.md, 2026-11-30). So the first and last layers are padded:
 # the input with zero columns, the output with columns that are sliced off. Their padded weights start at
 # zero and get exactly zero gradient, so they stay zero and the function is the unpadded network's.
 ALIGN = 8

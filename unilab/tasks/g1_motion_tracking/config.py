@@ -36,7 +36,7 @@ class RewardWeights:
     self_collision: float = -10.0
     # Per second, times dt, once per terminated episode. The anchor's PPO needs none; for the off-policy
     # learners every step's reward can turn negative (the penalties above), and then, without a cost
-    # for a fall, ending the episode early is the best return (docs/en/tracking.md, the ablation).
+    # for a fall, ending the episode early is the best return (docs/history/tracking.md, the ablation).
     termination: float = -200.0
 
 
@@ -180,7 +180,7 @@ class G1MotionTrackingConfig:
     # unbounded; ours are squashed to [-1, 1], and the learner's exploration noise is in action units:
     # the gain multiplies that noise in joint targets. Lower is more precise, as long as the spans
     # still cover what the policy must reach (see action_offset) and leave room to catch a push: 1.5
-    # held the walk and the library under pushes where 1 fell, and 2 lost the jog (docs/en/tracking.md).
+    # held the walk and the library under pushes where 1 fell, and 2 lost the jog (docs/history/tracking.md).
     per_joint_gain: float = 1.5
     # What an action of 0 asks of each joint: "reference", the clip's joint positions one control step
     # ahead, so the policy outputs corrections to the clip; or "stand", the stand pose (the anchor
@@ -194,7 +194,7 @@ class G1MotionTrackingConfig:
     # The constraint solver's iteration cap in this task's worlds (the G1 model's is 10; sim.iterations,
     # where set, overrides it). MJWarp's captured solver loop runs until its slowest world converges, and
     # with the per-env friction that is a slippery world needing nearly all of 10, in every substep, while
-    # most worlds converge well below 6: the cap truncates the slowest worlds only (docs/en/tracking.md).
+    # most worlds converge well below 6: the cap truncates the slowest worlds only (docs/history/tracking.md).
     solver_iterations: int = 6
     rewards: RewardConfig = field(default_factory=RewardConfig)
     terminations: TerminationConfig = field(default_factory=TerminationConfig)
