@@ -220,6 +220,15 @@ class MjWarpBackend:
             wp.force_load(self.wp_device, modules=list(modules), block_dim=block_dim)
         return sum(len(m) for m in found.values())
 
+    @property
+    def kernel_cache_dir(self) -> str:
+        return str(wp.config.kernel_cache_dir)
+
+    @property
+    def captures_graphs(self) -> bool:
+        """Whether the physics and kinematics run as captured CUDA graphs (the first use captures them)."""
+        return self._use_graph
+
     # ------------------------------------------------------------ execution
     def _graphs_supported(self) -> bool:
         driver = wp.get_cuda_driver_version()
