@@ -96,9 +96,10 @@ def test_warmup_without_a_gpu_warms_the_cpu_kernels(capsys, tmp_path, monkeypatc
     monkeypatch.setenv("UNILAB_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "none"))
     ran = []
-    monkeypatch.setattr(warmup_mod.subprocess, "call", lambda cmd, env: ran.append(cmd) or 0)
+    monkeypatch.setattr(warmup_mod.subprocess, "call", lambda cmd, env: ran.append((cmd, env)) or 0)
     assert tools_main(["warmup", "--algo", "fastsac", "--task", "g1_walk_flat"]) == 0
-    (cmd,) = ran
+    ((cmd, env),) = ran
+    assert env["UNILAB_NO_NEXT_STEPS"]  # its run is removed: no commands naming it at its end
     assert "training.device=cpu" in cmd and "+preset=cpu_smoke" in cmd
     err = capsys.readouterr().err
     assert "no NVIDIA GPU can be used here: warming the CPU kernels" in err

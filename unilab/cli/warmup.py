@@ -70,6 +70,7 @@ def warmup(args: argparse.Namespace) -> int:
     from unilab.cli.short_form import UsageError, expand_short_form
     from unilab.cli.user_errors import user_error
     from unilab.kernel_cache import kernel_cache_dirs, kernel_cache_env, size_bytes
+    from unilab.launcher.console import NO_NEXT_STEPS_ENV
 
     try:
         overrides = expand_short_form(args.overrides)
@@ -97,7 +98,7 @@ def warmup(args: argparse.Namespace) -> int:
            "training.export_onnx=false", "training.logger=[]", "training.video_interval=null"]
     started = time.monotonic()
     try:
-        code = subprocess.call(cmd, env={**os.environ, **kernel_cache_env()})
+        code = subprocess.call(cmd, env={**os.environ, **kernel_cache_env(), NO_NEXT_STEPS_ENV: "1"})
     except KeyboardInterrupt:
         code = 130
     finally:
