@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextvars
 import math
+import threading
 import time
 from contextlib import contextmanager
 from typing import Any
@@ -137,6 +138,7 @@ class TaskGraph:
 _ON_SIZED: contextvars.ContextVar = contextvars.ContextVar("unilab_on_sized", default=None)
 
 
+STILL_EVERY_S = 15.0  # a long stage says it is still going this often
 # The `on_stage` hook: told each stage of the build as it ends (a cold build compiles for up to a minute on a CPU).
 _ON_STAGE: contextvars.ContextVar = contextvars.ContextVar("unilab_on_stage", default=None)
 
@@ -163,6 +165,28 @@ class _Stages:
         if self.hook is not None:
             self.hook(f"{text} in {now - self.since:.1f} s")
         self.since = now
+
+    @contextmanager
+    def ticking(self, text: str, every_s: float = STILL_EVERY_S):
+        """Inside, a stage that may last a minute (a cold compile): `text` at once, then every `every_s` the seconds
+        so far, from a thread (the stage itself blocks this one)."""
+        if self.hook is None:
+            yield
+            return
+        self.hook(text)
+        done = threading.Event()
+
+        def tick():
+            while not done.wait(every_s):
+                self.hook(f"still {text.partition(' (')[0]}: {time.monotonic() - self.since:.0f} s so far")
+
+        thread = threading.Thread(target=tick, name="unilab-stage-ticks", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
 
 
 class TaskEnv:
@@ -237,10 +261,9 @@ class TaskEnv:
         if self._on_sized is not None:
             self._on_sized(self)
             self._stage.since = time.monotonic()  # the hook's own time is the caller's
-        if self._stage.hook is not None:
-            self._stage.hook(f"compiling the physics kernels (the first time only: cached in "
-                             f"{self.backend.kernel_cache_dir})")
-        modules = self.backend.compile_kernels()  # all of them, in parallel, before the first capture
+        with self._stage.ticking(f"compiling the physics kernels (the first time only: cached in "
+                                 f"{self.backend.kernel_cache_dir})"):
+            modules = self.backend.compile_kernels()  # all of them, in parallel, before the first capture
         self._stage(f"physics kernels ready ({modules} module variants)")
         self.backend.forward()  # derived quantities of the initial state
         self.reset()
