@@ -126,7 +126,8 @@ def test_on_the_cpu_eval_takes_cpu_sizes_and_says_so(tmp_path):
     settings, lines = _settings(_args(run), cpu=True)
     assert vars(settings) == CPU_WALK
     (line,) = lines
-    assert line.startswith("on the CPU: envs per command 4, hold s 6, window s 3 (a GPU's default: 32, 10, 6;")
+    assert line.startswith("on the CPU: 4 envs per command held 6 s, the last 3 s measured (on a GPU: 32 envs per "
+                           "command held 10 s, the last 6 s measured;")
     settings, lines = _settings(_args(run), cpu=False)  # a GPU: the settings' own defaults, nothing said
     assert vars(settings) == vars(walk.WalkEvalSettings()) and lines == []
     settings, lines = _settings(_args(run, "--envs-per-command", 2, "--hold-s", 4, "--window-s", 2), cpu=True)
@@ -145,7 +146,7 @@ def test_a_gpu_sized_grid_on_the_cpu_is_warned_of(tmp_path):
     assert lines == []
     tracking = _recorded_run(tmp_path, task="g1_motion_tracking")
     settings, lines = _settings(_args(tracking), cpu=True)
-    assert settings.envs_per_clip == 2 and lines[0].startswith("on the CPU: envs per clip 2")
+    assert settings.envs_per_clip == 2 and lines[0].startswith("on the CPU: 2 envs per clip (on a GPU: 16 envs per clip;")
     _, lines = _settings(_args(tracking, "--envs-per-clip", 16), cpu=True)
     assert lines[0].startswith("warning: a GPU-sized evaluation") and "8x" in lines[0]
 
@@ -230,7 +231,7 @@ def test_eval_on_the_cpu_states_its_sizes_and_shows_progress(walk_run, tmp_path,
     whose progress follows the build's stages."""
     assert _eval(walk_run, "--suite", "nominal", "--hold-s", 0.2, "--window-s", 0.1, "--out", tmp_path / "e.json") == 0
     err = capsys.readouterr().err
-    assert "unilab eval: on the CPU: envs per command 4, hold s 0.2, window s 0.1" in err
+    assert "unilab eval: on the CPU: 4 envs per command held 0.2 s, the last 0.1 s measured" in err
     assert json.loads((tmp_path / "e.json").read_text())["settings"]["envs_per_command"] == 4
     lines = err.splitlines()
     order = [next(i for i, line in enumerate(lines) if needle in line) for needle in (

@@ -283,10 +283,11 @@ def _device(args: argparse.Namespace, run_device: str) -> tuple[str, list[str]]:
     return "cpu", [f"no GPU here: evaluating on the CPU (the run trained on {run_device}; --device sets it)"]
 
 
-def _sized(given: dict, cpu_sizes: dict, gpu, cpu: bool, flags: str) -> tuple[dict, list[str]]:
+def _sized(given: dict, cpu_sizes: dict, gpu, cpu: bool, flags: str, describe) -> tuple[dict, list[str]]:
     """The sizes to use (those given, the rest the device's defaults) and the lines that say how they were chosen:
-    on the CPU, which sizes it took, or a warning when the given ones are GPU-sized."""
-    defaults = cpu_sizes if cpu else {key: getattr(gpu, key) for key in cpu_sizes}
+    on the CPU, which sizes it took, or a warning when the given ones are GPU-sized. `describe`: sizes -> words."""
+    gpu_sizes = {key: getattr(gpu, key) for key in cpu_sizes}
+    defaults = cpu_sizes if cpu else gpu_sizes
     sizes = {key: defaults[key] if value is None else value for key, value in given.items()}
     if not cpu:
         return sizes, []
@@ -294,17 +295,19 @@ def _sized(given: dict, cpu_sizes: dict, gpu, cpu: bool, flags: str) -> tuple[di
     def work(values):  # env steps: envs x seconds
         return values[next(iter(cpu_sizes))] * values.get("hold_s", 1.0)
 
-    gpu_defaults = {key: getattr(gpu, key) for key in cpu_sizes}
-    shown = ", ".join(f"{key.replace('_', ' ')} {sizes[key]:g}" for key in cpu_sizes)
     lines = []
     if any(value is None for value in given.values()):
-        lines.append(f"on the CPU: {shown} (a GPU's default: "
-                     f"{', '.join(f'{v:g}' for v in gpu_defaults.values())}; {flags} set them)")
+        lines.append(f"on the CPU: {describe(sizes)} (on a GPU: {describe(gpu_sizes)}; {flags} set them)")
     times = work(sizes) / work(cpu_sizes)
     if times >= GPU_SIZED:
-        lines.append(f"warning: a GPU-sized evaluation on the CPU ({shown}): {times:.0f}x the env steps of the CPU size, "
-                     f"so about {times:.0f}x as long")
+        lines.append(f"warning: a GPU-sized evaluation on the CPU ({describe(sizes)}): {times:.0f}x the env steps of "
+                     f"the CPU size ({describe(cpu_sizes)}), so about {times:.0f}x as long")
     return sizes, lines
+
+
+def _walk_sizes(sizes: dict) -> str:
+    return (f"{sizes['envs_per_command']} envs per command held {sizes['hold_s']:g} s, the last {sizes['window_s']:g} s "
+            "measured")
 
 
 def _settings(args: argparse.Namespace, cpu: bool):
@@ -323,13 +326,14 @@ def _settings(args: argparse.Namespace, cpu: bool):
         if args.envs_per_clip is not None and args.envs_per_clip < 1:
             raise EvalInputError("need --envs-per-clip >= 1")
         sizes, lines = _sized({"envs_per_clip": args.envs_per_clip}, CPU_TRACKING, TrackingEvalSettings(), cpu,
-                              "--envs-per-clip")
+                              "--envs-per-clip", lambda sizes: f"{sizes['envs_per_clip']} envs per clip")
         return TrackingEvalSettings(sizes["envs_per_clip"], args.motion), lines
     for flag, value in (("--motion", args.motion), ("--parts", args.parts or None)):
         if value is not None:
             raise EvalInputError(f"{flag} is for motion tracking runs; {args.run} trains {task}")
     given = {"envs_per_command": args.envs_per_command, "hold_s": args.hold_s, "window_s": args.window_s}
-    sizes, lines = _sized(given, CPU_WALK, WalkEvalSettings(), cpu, "--envs-per-command, --hold-s, --window-s")
+    sizes, lines = _sized(given, CPU_WALK, WalkEvalSettings(), cpu, "--envs-per-command, --hold-s, --window-s",
+                          _walk_sizes)
     if sizes["envs_per_command"] < 1 or not 0 < sizes["window_s"] <= sizes["hold_s"]:
         raise EvalInputError(f"need --envs-per-command >= 1 and 0 < --window-s <= --hold-s (here "
                              f"{sizes['envs_per_command']}, {sizes['window_s']:g} and {sizes['hold_s']:g})")
