@@ -146,7 +146,8 @@ def test_a_gpu_sized_grid_on_the_cpu_is_warned_of(tmp_path):
     assert lines == []
     tracking = _recorded_run(tmp_path, task="g1_motion_tracking")
     settings, lines = _settings(_args(tracking), cpu=True)
-    assert settings.envs_per_clip == 2 and lines[0].startswith("on the CPU: 2 envs per clip (on a GPU: 16 envs per clip;")
+    assert settings.envs_per_clip == 2
+    assert lines[0].startswith("on the CPU: 2 envs per clip (on a GPU: 16 envs per clip;")
     _, lines = _settings(_args(tracking, "--envs-per-clip", 16), cpu=True)
     assert lines[0].startswith("warning: a GPU-sized evaluation") and "8x" in lines[0]
 

@@ -153,7 +153,8 @@ class _Progress:
     the time so far and the time left at the pace so far. Everything else is the env's."""
 
     def __init__(self, env, suite: str, steps, say, every_s: float = PROGRESS_EVERY_S, clock=time.monotonic):
-        self._env, self._suite, self._steps, self._say, self._every_s, self._clock = env, suite, steps, say, every_s, clock
+        self._env, self._suite, self._steps, self._say = env, suite, steps, say
+        self._every_s, self._clock = every_s, clock
         self._done = 0
         self._started = self._last = None
 
@@ -235,7 +236,8 @@ def format_table(report: dict, parts: int = 0) -> str:
         for r in res["per_command"]:
             cmd = "({:+.1f}, {:+.1f}, {:+.1f})".format(*r["command"])
             if r["lin_error"] is None:  # every env of the command fell: no velocity to measure
-                lines.append(f"  {cmd:<20} {'every env fell during the hold: nothing measured':<50} {100 * r['fall_fraction']:>5.1f}%")
+                fell = "every env fell during the hold: nothing measured"
+                lines.append(f"  {cmd:<20} {fell:<50} {100 * r['fall_fraction']:>5.1f}%")
                 continue
             ach = "({:+.2f}, {:+.2f}, {:+.2f})".format(*r["achieved"])
             lines.append(f"  {cmd:<20} {ach:<22} {num(r['lin_error']):>10} {num(r['yaw_error']):>13} "
@@ -306,8 +308,8 @@ def _sized(given: dict, cpu_sizes: dict, gpu, cpu: bool, flags: str, describe) -
 
 
 def _walk_sizes(sizes: dict) -> str:
-    return (f"{sizes['envs_per_command']} envs per command held {sizes['hold_s']:g} s, the last {sizes['window_s']:g} s "
-            "measured")
+    return (f"{sizes['envs_per_command']} envs per command held {sizes['hold_s']:g} s, "
+            f"the last {sizes['window_s']:g} s measured")
 
 
 def _settings(args: argparse.Namespace, cpu: bool):
