@@ -152,14 +152,16 @@ def test_a_gpu_sized_grid_on_the_cpu_is_warned_of(tmp_path):
     assert lines[0].startswith("warning: a GPU-sized evaluation") and "8x" in lines[0]
 
 
-def test_a_run_trained_on_a_gpu_is_evaluated_on_the_cpu_of_a_host_without_one(tmp_path, monkeypatch):
-    from unilab.eval.cli import _device
+def test_a_run_trained_on_a_gpu_is_evaluated_on_the_cpu_of_a_host_without_one(monkeypatch):
+    from unilab.runtime.play import device_here
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    device, (line,) = _device(_args(tmp_path), "cuda:0")
-    assert device == "cpu" and "no GPU here" in line
-    assert _device(_args(tmp_path, "--device", "cuda:1"), "cuda:0") == ("cuda:1", [])  # asked for: as given
-    assert _device(_args(tmp_path), "cpu") == ("cpu", [])
+    device, note = device_here(None, "cuda:0")
+    assert device == "cpu" and note.startswith("no GPU here: on the CPU (the run trained on cuda:0")
+    assert device_here("cuda:1", "cuda:0") == ("cuda:1", None)  # asked for: as given
+    assert device_here(None, "cpu") == ("cpu", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert device_here(None, "cuda:0") == ("cuda:0", None)
 
 
 def test_the_rollout_shows_its_progress_and_time_left():

@@ -82,6 +82,19 @@ def test_random_agent_needs_no_checkpoint_and_tiles_worlds_into_a_gif(walk_run, 
 
 
 @pytest.mark.integration
+def test_a_run_trained_on_a_gpu_plays_on_the_cpu_of_a_host_without_one(walk_run, tmp_path, capsys, monkeypatch):
+    gpu_run = tmp_path / "gpu_run"
+    gpu_run.mkdir()
+    config = json.loads((walk_run / "run_config.json").read_text())
+    config["training"]["device"] = "cuda:0"
+    (gpu_run / "run_config.json").write_text(json.dumps(config))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # this host has no GPU, whatever it has
+    assert _play(gpu_run, "--agent", "zero", "--steps", 3, "--envs", 2, "--out", tmp_path / "z.json") == 0
+    assert "no GPU here: on the CPU (the run trained on cuda:0" in capsys.readouterr().err
+    assert json.loads((tmp_path / "z.json").read_text())["steps"] == 3
+
+
+@pytest.mark.integration
 def test_zero_agent_runs_without_a_checkpoint_and_the_policy_does_not(walk_run, tmp_path, capsys):
     bare = tmp_path / "bare"
     bare.mkdir()

@@ -273,18 +273,6 @@ def add_parser(sub) -> None:
     p.set_defaults(func=main)
 
 
-def _device(args: argparse.Namespace, run_device: str) -> tuple[str, list[str]]:
-    """The device to evaluate on, and a line when it is not the one the run names: a run trained on a GPU is
-    evaluated on the CPU of a host without one (an explicit --device is used as given)."""
-    if args.device or not run_device.startswith("cuda"):
-        return args.device or run_device, []
-    import torch
-
-    if torch.cuda.is_available():
-        return run_device, []
-    return "cpu", [f"no GPU here: evaluating on the CPU (the run trained on {run_device}; --device sets it)"]
-
-
 def _sized(given: dict, cpu_sizes: dict, gpu, cpu: bool, flags: str, describe) -> tuple[dict, list[str]]:
     """The sizes to use (those given, the rest the device's defaults) and the lines that say how they were chosen:
     on the CPU, which sizes it took, or a warning when the given ones are GPU-sized. `describe`: sizes -> words."""
@@ -343,12 +331,15 @@ def _settings(args: argparse.Namespace, cpu: bool):
 
 
 def main(args: argparse.Namespace) -> int:
+    from unilab.runtime.play import device_here
+
     if args.parts < 0:
         print(f"unilab eval: --parts {args.parts}: need a count >= 0", file=sys.stderr)
         return EXIT_USAGE
     suites = ("nominal", "robust") if args.suite == "all" else (args.suite,)
     try:
-        device, lines = _device(args, _run_device(args.run))
+        device, note = device_here(args.device, _run_device(args.run))
+        lines = [note] if note else []
         settings, sized = _settings(args, device == "cpu")
         for line in lines + sized:
             _say(line)
