@@ -116,7 +116,7 @@ def _after_a_cpu_run(prepared: PreparedRun) -> list[str]:
     run_dir = Path(prepared.run_dir)
     try:  # the shortest path that works from here
         run_dir = run_dir.resolve().relative_to(Path.cwd())
-    except ValueError:
+    except (ValueError, OSError):  # outside the working directory, or that directory is gone
         pass
     return after_a_cpu_run(str(run_dir), config.algo.name, config.task.name, config.algo.max_iterations,
                            config.task.num_envs)

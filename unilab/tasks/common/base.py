@@ -144,8 +144,8 @@ _ON_STAGE: contextvars.ContextVar = contextvars.ContextVar("unilab_on_stage", de
 
 
 @contextmanager
-def build_hooks(fn, on_stage=None):
-    tokens = _ON_SIZED.set(fn), _ON_STAGE.set(on_stage)
+def build_hooks(on_sized, on_stage=None):
+    tokens = _ON_SIZED.set(on_sized), _ON_STAGE.set(on_stage)
     try:
         yield
     finally:
