@@ -193,6 +193,8 @@ def test_a_command_where_every_env_fell_reads_so_instead_of_nan():
     rows = walk.rollout(env, lambda obs: torch.zeros(obs.shape[0], 29), settings)
     report = {"checkpoint": "c.pt", "iteration": 1, "env_steps": 8, "task": "g1_walk_flat",
               "suites": {"nominal": {"per_command": rows, "overall": walk.overall(rows)}}}
+    assert rows[0]["achieved"] is None and rows[0]["lin_error"] is None  # eval.json: null, not NaN
+    assert "NaN" not in json.dumps(rows)
     table = format_table(report)
     assert "nan" not in table.lower()
     (fell,) = [line for line in table.splitlines() if "(+0.5, +0.0, +0.0)" in line]
