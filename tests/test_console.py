@@ -310,3 +310,18 @@ def test_the_server_recorded_at_verification_gone(monkeypatch):
     evidence = SimpleNamespace(pipe_directory="/tmp/unilab-mps-1000/GPU-x/pipe")
     monkeypatch.delenv("CUDA_MPS_LOG_DIRECTORY", raising=False)
     assert mps_log_dir(evidence) == "/tmp/unilab-mps-1000/GPU-x/log"
+
+
+def test_a_cpu_run_ends_saying_what_it_was_and_what_comes_next():
+    from unilab.launcher.console import after_a_cpu_run
+
+    first, *steps = after_a_cpu_run("runs/smoke", "fastsac", "g1_walk_flat", 40, 16)
+    assert "tiny CPU smoke run (40 iterations of 16 envs)" in first and "not expected to walk" in first
+    commands = [line.split("  ")[1] for line in steps]
+    assert commands == ["unilab play runs/smoke --video walk.mp4", "unilab eval runs/smoke", "unilab export runs/smoke",
+                        "unilab sim2sim runs/smoke", "unilab demo",
+                        "train --algo fastsac --task g1_walk_flat +execution=mps"]
+    assert "GPU host" in steps[-1]
+    tracking = after_a_cpu_run("my runs/t", "flashsac", "g1_motion_tracking", 40, 16)
+    assert "not expected to track its motion" in tracking[0]
+    assert "unilab eval 'my runs/t'" in "\n".join(tracking)

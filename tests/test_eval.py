@@ -103,6 +103,104 @@ def test_suites_change_the_randomisation_only():
         walk.task_overrides("windy", s)
 
 
+def _args(run, *flags):
+    import argparse
+
+    from unilab.eval.cli import add_parser
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    return parser.parse_args(["eval", str(run), *map(str, flags)])
+
+
+def _recorded_run(tmp_path, task="g1_walk_flat", device="cpu"):
+    (tmp_path / "run_config.json").write_text(json.dumps({"task": {"name": task}, "algo": {"name": "fastsac"},
+                                                          "training": {"device": device}}))
+    return tmp_path
+
+
+def test_on_the_cpu_eval_takes_cpu_sizes_and_says_so(tmp_path):
+    from unilab.eval.cli import CPU_WALK, _settings
+
+    run = _recorded_run(tmp_path)
+    settings, lines = _settings(_args(run), cpu=True)
+    assert vars(settings) == CPU_WALK
+    (line,) = lines
+    assert line.startswith("on the CPU: 4 envs per command held 6 s, the last 3 s measured (on a GPU: 32 envs per "
+                           "command held 10 s, the last 6 s measured;")
+    settings, lines = _settings(_args(run), cpu=False)  # a GPU: the settings' own defaults, nothing said
+    assert vars(settings) == vars(walk.WalkEvalSettings()) and lines == []
+    settings, lines = _settings(_args(run, "--envs-per-command", 2, "--hold-s", 4, "--window-s", 2), cpu=True)
+    assert (settings.envs_per_command, settings.hold_s, settings.window_s) == (2, 4.0, 2.0) and lines == []
+
+
+def test_a_gpu_sized_grid_on_the_cpu_is_warned_of(tmp_path):
+    from unilab.eval.cli import _settings
+
+    run = _recorded_run(tmp_path)
+    settings, lines = _settings(_args(run, "--envs-per-command", 32, "--hold-s", 10, "--window-s", 6), cpu=True)
+    assert settings.envs_per_command == 32  # used as asked
+    (warning,) = lines
+    assert warning.startswith("warning: a GPU-sized evaluation on the CPU") and "13x the env steps" in warning
+    _, lines = _settings(_args(run, "--envs-per-command", 32), cpu=False)
+    assert lines == []
+    tracking = _recorded_run(tmp_path, task="g1_motion_tracking")
+    settings, lines = _settings(_args(tracking), cpu=True)
+    assert settings.envs_per_clip == 2
+    assert lines[0].startswith("on the CPU: 2 envs per clip (on a GPU: 16 envs per clip;")
+    _, lines = _settings(_args(tracking, "--envs-per-clip", 16), cpu=True)
+    assert lines[0].startswith("warning: a GPU-sized evaluation") and "8x" in lines[0]
+
+
+def test_a_run_trained_on_a_gpu_is_evaluated_on_the_cpu_of_a_host_without_one(monkeypatch):
+    from unilab.runtime.play import device_here
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    device, note = device_here(None, "cuda:0")
+    assert device == "cpu" and note.startswith("no GPU here: on the CPU (the run trained on cuda:0")
+    assert device_here("cuda:1", "cuda:0") == ("cuda:1", None)  # asked for: as given
+    assert device_here(None, "cpu") == ("cpu", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert device_here(None, "cuda:0") == ("cuda:0", None)
+
+
+def test_the_rollout_shows_its_progress_and_time_left():
+    from unilab.eval.cli import _Progress
+
+    env = ScriptedWalkEnv(gain=1.0, falls_in=0)
+    settings = walk.WalkEvalSettings(envs_per_command=K, hold_s=0.1, window_s=0.04)
+    said, ticks = [], iter(range(100))
+    counted = _Progress(env, "nominal", lambda e: round(settings.hold_s / e.dt), said.append, every_s=2.0,
+                        clock=lambda: float(next(ticks)))
+    rows = walk.rollout(counted, lambda obs: torch.zeros(obs.shape[0], 29), settings)
+    assert len(rows) == len(walk.COMMAND_GRID) and env.t == 5
+    # one clock tick a step: a line every 2 s, and the last step's
+    assert said == ["nominal: step 2/5 (40 %), 2 s, ETA 3 s", "nominal: step 4/5 (80 %), 4 s, ETA 1 s",
+                    "nominal: step 5/5 (100 %), 5 s, ETA 0 s"]
+
+
+def test_a_command_where_every_env_fell_reads_so_instead_of_nan():
+    from unilab.eval.cli import format_table
+
+    class EveryEnvFalls(ScriptedWalkEnv):  # both envs of the first command's block, at step 2
+        def step(self, action):
+            obs, reward, _, terminated, truncated, info = super().step(action)
+            terminated[:K] |= self.t == 2
+            return obs, reward, None, terminated, truncated, info
+
+    env = EveryEnvFalls(gain=1.0, falls_in=0)
+    settings = walk.WalkEvalSettings(envs_per_command=K, hold_s=0.4, window_s=0.1)
+    rows = walk.rollout(env, lambda obs: torch.zeros(obs.shape[0], 29), settings)
+    report = {"checkpoint": "c.pt", "iteration": 1, "env_steps": 8, "task": "g1_walk_flat",
+              "suites": {"nominal": {"per_command": rows, "overall": walk.overall(rows)}}}
+    assert rows[0]["achieved"] is None and rows[0]["lin_error"] is None  # eval.json: null, not NaN
+    assert "NaN" not in json.dumps(rows)
+    table = format_table(report)
+    assert "nan" not in table.lower()
+    (fell,) = [line for line in table.splitlines() if "(+0.5, +0.0, +0.0)" in line]
+    assert "every env fell during the hold: nothing measured" in fell and "100.0%" in fell
+
+
 TINY = ["--envs-per-command", "1", "--hold-s", "0.2", "--window-s", "0.1", "--device", "cpu"]
 
 
@@ -130,6 +228,20 @@ def test_eval_writes_a_versioned_report_and_a_table(walk_run, capsys):
     assert _eval(walk_run, "--checkpoint", ckpt, "--suite", "nominal", "--out", out, "--json", *TINY) == 0
     report = json.loads(out.read_text())
     assert report["iteration"] == 3 and list(report["suites"]) == ["nominal"]
+
+
+@pytest.mark.integration
+def test_eval_on_the_cpu_states_its_sizes_and_shows_progress(walk_run, tmp_path, capsys):
+    """No size given on the CPU: the CPU's (the hold shortened here to keep the test short), said before the rollout,
+    whose progress follows the build's stages."""
+    assert _eval(walk_run, "--suite", "nominal", "--hold-s", 0.2, "--window-s", 0.1, "--out", tmp_path / "e.json") == 0
+    err = capsys.readouterr().err
+    assert "unilab eval: on the CPU: 4 envs per command held 0.2 s, the last 0.1 s measured" in err
+    assert json.loads((tmp_path / "e.json").read_text())["settings"]["envs_per_command"] == 4
+    lines = err.splitlines()
+    order = [next(i for i, line in enumerate(lines) if needle in line) for needle in (
+        "nominal: building 52 envs on cpu", "nominal: physics kernels ready", "nominal: step 10/10 (100 %)")]
+    assert order == sorted(order), err
 
 
 @pytest.mark.integration

@@ -103,6 +103,12 @@ def test_the_console_names_each_phase_in_order(finished_run):
     learner = [at("collector: building the worlds (16 envs of g1_walk_flat)"), at("collector: sized (observations"),
                at("learner: built in"), at("training: 20 iterations of 16 envs")]
     assert learner == sorted(learner), done.stderr
+    # A cold build shows where it is: each stage of the worlds' build with its seconds.
+    build = [at("collector: building the worlds"), at("collector: model put on cpu (16 worlds) in"),
+             at("collector: compiling the physics kernels (the first time only: cached in"),
+             at("collector: physics kernels ready ("), at("collector: initial state and first reset in"),
+             at("collector: worlds built in")]
+    assert build == sorted(build), done.stderr
     order = [at("collector: sized (observations"), at("collector: worlds built in"), at("filling the replay"),
              at("first update: capturing the update cycle"), at("unilab: [it 20/20]"), at("unilab: run completed"),
              at("playing the trained policy"), at("unilab: play:")]
@@ -110,9 +116,13 @@ def test_the_console_names_each_phase_in_order(finished_run):
     last = lines[at("unilab: [it 20/20]")]
     assert "elapsed, ETA" in last and "env steps" in last and "env-steps/s" in last
     assert "episodes)" in last or "(none yet)" in last
-    # Warp's no-driver warning: the training children's goes to their logs; only play prints one
-    assert done.stderr.count("Could not find or load the NVIDIA CUDA driver") <= 1
-    assert "Could not find" in (run / "logs" / "collector.stderr").read_text()
+    # Warp's no-driver warning: a CPU process needs no driver, and neither play nor the children print it
+    assert "Could not find or load the NVIDIA CUDA driver" not in done.stderr
+    assert "Could not find" not in (run / "logs" / "collector.stderr").read_text()
+    # A CPU run ends by saying what it was and the commands that come next, after play.
+    end = lines[at("tiny CPU smoke run"):]
+    assert at("tiny CPU smoke run") > at("unilab: play:") and "not expected to walk" in end[0]
+    assert f"unilab play {run} --video walk.mp4" in end[1] and f"unilab eval {run}" in end[2]
 
 
 def test_play_after_a_completed_run(finished_run):

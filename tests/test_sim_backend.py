@@ -221,3 +221,18 @@ def test_compile_kernels_loads_every_module_the_first_step_launches(compile_firs
     assert done.returncode == 0, done.stderr[-3000:]
     new = int(done.stdout.split("NEW")[-1])
     assert (new == 0) if compile_first else (new > 10), done.stdout
+
+
+@pytest.mark.integration
+def test_a_cpu_backend_prints_no_driver_warning():
+    """On a host without the NVIDIA driver Warp's init warns of it; a CPU backend needs none and stays quiet
+    (on a host with the driver there is nothing to drop: the test then checks only that nothing else is lost)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from unilab.sim.mjwarp_backend import _setup_warp; _setup_warp(False, cpu=True); "
+            "sys.stderr.write('after init\\n')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Could not find or load the NVIDIA CUDA driver" not in done.stderr
+    assert done.stderr.endswith("after init\n")

@@ -82,6 +82,19 @@ def test_random_agent_needs_no_checkpoint_and_tiles_worlds_into_a_gif(walk_run, 
 
 
 @pytest.mark.integration
+def test_a_run_trained_on_a_gpu_plays_on_the_cpu_of_a_host_without_one(walk_run, tmp_path, capsys, monkeypatch):
+    gpu_run = tmp_path / "gpu_run"
+    gpu_run.mkdir()
+    config = json.loads((walk_run / "run_config.json").read_text())
+    config["training"]["device"] = "cuda:0"
+    (gpu_run / "run_config.json").write_text(json.dumps(config))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # this host has no GPU, whatever it has
+    assert _play(gpu_run, "--agent", "zero", "--steps", 3, "--envs", 2, "--out", tmp_path / "z.json") == 0
+    assert "no GPU here: on the CPU (the run trained on cuda:0" in capsys.readouterr().err
+    assert json.loads((tmp_path / "z.json").read_text())["steps"] == 3
+
+
+@pytest.mark.integration
 def test_zero_agent_runs_without_a_checkpoint_and_the_policy_does_not(walk_run, tmp_path, capsys):
     bare = tmp_path / "bare"
     bare.mkdir()
@@ -375,3 +388,46 @@ def test_a_renderer_that_cannot_start_names_what_to_install():
     with pytest.raises(HeadlessGLUnavailable, match="libegl-mesa0.*MUJOCO_GL=osmesa"):
         with_gl_hint(broken)
     assert with_gl_hint(lambda: "renderer") == "renderer"
+
+
+@pytest.mark.parametrize("interval, start, iterations, per_iteration, fits", [
+    (10, 0, 11, 25, True),  # the run above: 250 env steps from iteration 0 end within iteration 10
+    (10, 0, 9, 25, False),
+    (20, 0, 40, 1, False),  # the CPU smoke run: 40 env steps, a clip takes 250
+    (10, 15, 30, 25, True),  # resumed at 15: the first clip starts at 20 and ends at 30
+    (10, 15, 29, 25, False),
+])
+def test_a_clip_fits_a_run_when_its_env_steps_end_before_the_run(interval, start, iterations, per_iteration, fits):
+    from unilab.viz.clip import no_clip_note
+
+    note = no_clip_note(interval, start, iterations, per_iteration, 0.02)
+    assert (note is None) == fits
+    if not fits:
+        assert note.startswith(f"training.video_interval={interval} writes no clip in this run")
+
+
+def test_a_run_too_short_for_its_video_interval_says_so_before_it_starts(spies, tmp_path, capsys, monkeypatch):
+    from train_calls import run_train
+
+    from unilab.viz import gl
+
+    monkeypatch.setattr(gl, "render_problem", lambda: None)  # a host that renders, whatever this one has
+    launcher, _ = spies
+    assert run_train("+preset=cpu_smoke", "training.logger=[]", "training.video_interval=20",
+                     f"training.log_dir={tmp_path}") == 0
+    err = capsys.readouterr().err
+    assert "training.video_interval=20 writes no clip in this run" in err
+    assert "a run of at least 250 iterations (algo.max_iterations) writes one" in err
+    ((prepared, *_), _), = launcher.calls
+    assert any("writes no clip" in note for note in prepared.notes)  # and in run_summary.json
+
+
+def test_a_run_long_enough_for_its_clip_says_nothing_of_it(spies, tmp_path, capsys, monkeypatch):
+    from train_calls import run_train
+
+    from unilab.viz import gl
+
+    monkeypatch.setattr(gl, "render_problem", lambda: None)
+    assert run_train("+preset=cpu_smoke", "training.logger=[]", "training.video_interval=20", "algo.max_iterations=250",
+                     f"training.log_dir={tmp_path}") == 0
+    assert "writes no clip" not in capsys.readouterr().err

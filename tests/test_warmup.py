@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from unilab.cli.tools import main as tools_main
-from unilab.kernel_cache import kernel_cache_dirs, kernel_cache_env, kernel_cache_root
+from unilab.kernel_cache import LIBRARY_DIRS, kernel_cache_dirs, kernel_cache_env, kernel_cache_root
 
 
 def test_the_root_is_under_the_home_cache_or_unilab_cache_dir():
@@ -74,6 +74,44 @@ def test_warmup_refuses_what_train_would_and_the_keys_it_sets(args, needle, caps
     monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "none"))
     assert tools_main(["warmup", *args]) == 2
     assert needle in capsys.readouterr().err
+    assert not (tmp_path / "kernels").exists()
+
+
+def _no_gpu(monkeypatch):
+    """A host where no NVIDIA GPU can be used, whatever this one has."""
+    from unilab.config import validation
+
+    def refuse(devices):
+        if any(d.startswith("cuda") for d in devices):
+            raise validation.NoGpuError(f"training.device={devices[0]} but no NVIDIA GPU can be used here (fake)")
+
+    monkeypatch.setattr(validation, "check_gpus_visible", refuse)
+
+
+def test_warmup_without_a_gpu_warms_the_cpu_kernels(capsys, tmp_path, monkeypatch):
+    """No device named, no GPU: the training it runs is a CPU one at the smoke sizes, and one line says so."""
+    from unilab.cli import warmup as warmup_mod
+
+    _no_gpu(monkeypatch)
+    monkeypatch.setenv("UNILAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "none"))
+    ran = []
+    monkeypatch.setattr(warmup_mod.subprocess, "call", lambda cmd, env: ran.append((cmd, env)) or 0)
+    assert tools_main(["warmup", "--algo", "fastsac", "--task", "g1_walk_flat"]) == 0
+    ((cmd, env),) = ran
+    assert env["UNILAB_NO_NEXT_STEPS"]  # its run is removed: no commands naming it at its end
+    assert "training.device=cpu" in cmd and "+preset=cpu_smoke" in cmd
+    err = capsys.readouterr().err
+    assert "no NVIDIA GPU can be used here: warming the CPU kernels" in err
+    assert err.count("\n") == 2 + len(LIBRARY_DIRS)  # that line, the compiled line and one per cache
+
+
+def test_warmup_of_a_named_cuda_device_without_a_gpu_is_refused(capsys, tmp_path, monkeypatch):
+    _no_gpu(monkeypatch)
+    monkeypatch.setenv("UNILAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "none"))
+    assert tools_main(["warmup", "--algo", "fastsac", "--device", "cuda:0"]) == 2
+    assert "no NVIDIA GPU can be used here (fake)" in capsys.readouterr().err
     assert not (tmp_path / "kernels").exists()
 
 

@@ -19,9 +19,11 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib.util
+import logging
 import math
 import os
 import tempfile
+import warnings
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from typing import Any
@@ -450,15 +452,17 @@ class OffPolicyLearner(ABC):
         fd, tmp = tempfile.mkstemp(prefix=".export_", suffix=".onnx", dir=os.path.dirname(os.path.abspath(path)))
         os.close(fd)
         try:
-            torch.onnx.export(
-                policy,
-                (example,),
-                tmp,
-                input_names=["obs"],
-                output_names=["action"],
-                dynamic_shapes={"obs": {0: torch.export.Dim("batch")}},
-                external_data=False,
-            )
+            with _quiet_exporter():
+                torch.onnx.export(
+                    policy,
+                    (example,),
+                    tmp,
+                    input_names=["obs"],
+                    output_names=["action"],
+                    dynamic_shapes={"obs": {0: torch.export.Dim("batch")}},
+                    external_data=False,
+                    verbose=False,  # no "[torch.onnx] ..." line per stage of the export
+                )
             if metadata:
                 import onnx
 
@@ -471,6 +475,21 @@ class OffPolicyLearner(ABC):
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
+
+@contextmanager
+def _quiet_exporter():
+    """torch's ONNX exporter says what concerns torch, not the user: torchvision's operators it skips (torchvision
+    is no dependency) and a FutureWarning of its own internals. Errors still raise."""
+    registration = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = registration.level
+    registration.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            yield
+    finally:
+        registration.setLevel(level)
 
 
 def make_learner(

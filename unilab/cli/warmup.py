@@ -5,6 +5,10 @@ It runs that training for a few iterations past its first update (the physics ke
 worlds are built, the losses at the first update) in a scratch log directory that it removes afterwards,
 with no play, export or loggers. A cluster job, or an image build, runs it once per workload; later runs
 with the same cache start warm. The console names each phase and how long it took.
+
+On a host without a usable NVIDIA GPU, a command that names no device warms the CPU kernels instead (the
+training on `training.device=cpu` at the `cpu_smoke` preset's sizes: the kernels do not depend on them), and
+says so; a command that names a CUDA device is refused as `train` refuses it.
 """
 
 from __future__ import annotations
@@ -24,6 +28,30 @@ AFTER_FIRST_UPDATE = 3
 # Set by warmup itself; a user's value for them would be overwritten.
 OWN_KEYS = ("algo.max_iterations", "training.log_dir", "training.run_name", "training.no_play", "training.export_onnx",
             "training.logger", "training.video_interval", "training.resume")
+DEVICE_KEYS = ("training.device", "training.devices")
+CPU_OVERRIDES = ("training.device=cpu", "+preset=cpu_smoke")  # sizes that compile the same kernels, quickly
+
+
+def _key(override: str) -> str:
+    return override.lstrip("+~").partition("=")[0]
+
+
+def _for_this_host(overrides: list[str]) -> tuple[list[str], int, str | None]:
+    """(the overrides to warm, their iterations, the line that says they changed). A command that names no device,
+    on a host where no NVIDIA GPU can be used, warms the CPU kernels; anything else is checked as given."""
+    from unilab.config.validation import NoGpuError
+
+    try:
+        return overrides, _iterations(overrides), None
+    except NoGpuError:
+        if any(_key(o) in DEVICE_KEYS for o in overrides):
+            raise
+    keys = {_key(o) for o in overrides}
+    cpu = [*overrides, *(o for o in CPU_OVERRIDES if _key(o) not in keys)]
+    said = ", ".join(o for o in CPU_OVERRIDES if o in cpu)
+    line = (f"unilab warmup: no NVIDIA GPU can be used here: warming the CPU kernels ({said}); a GPU host "
+            "compiles its CUDA kernels at its own warmup")
+    return cpu, _iterations(cpu), line
 
 
 def _iterations(overrides: list[str]) -> int:
@@ -42,14 +70,15 @@ def warmup(args: argparse.Namespace) -> int:
     from unilab.cli.short_form import UsageError, expand_short_form
     from unilab.cli.user_errors import user_error
     from unilab.kernel_cache import kernel_cache_dirs, kernel_cache_env, size_bytes
+    from unilab.launcher.console import NO_NEXT_STEPS_ENV
 
     try:
         overrides = expand_short_form(args.overrides)
-        own = [o for o in overrides if o.lstrip("+~").partition("=")[0] in OWN_KEYS]
+        own = [o for o in overrides if _key(o) in OWN_KEYS]
         if own or any(o.startswith("-") for o in overrides):
             raise UsageError(f"takes train overrides other than {', '.join(OWN_KEYS)} (warmup sets them), "
                              f"and no flags: {' '.join(own or [o for o in overrides if o.startswith('-')])}")
-        iterations = _iterations(overrides)
+        overrides, iterations, changed = _for_this_host(overrides)
     except UsageError as exc:
         print(f"unilab warmup: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -59,6 +88,8 @@ def warmup(args: argparse.Namespace) -> int:
             raise
         print(message, file=sys.stderr)
         return EXIT_USAGE
+    if changed:
+        print(changed, file=sys.stderr)
     dirs = kernel_cache_dirs()
     before = {var: size_bytes(path) for var, path in dirs.items()}
     scratch = tempfile.mkdtemp(prefix="unilab-warmup-")
@@ -67,7 +98,7 @@ def warmup(args: argparse.Namespace) -> int:
            "training.export_onnx=false", "training.logger=[]", "training.video_interval=null"]
     started = time.monotonic()
     try:
-        code = subprocess.call(cmd, env={**os.environ, **kernel_cache_env()})
+        code = subprocess.call(cmd, env={**os.environ, **kernel_cache_env(), NO_NEXT_STEPS_ENV: "1"})
     except KeyboardInterrupt:
         code = 130
     finally:

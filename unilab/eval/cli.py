@@ -15,6 +15,7 @@ import argparse
 import functools
 import json
 import sys
+import time
 from pathlib import Path
 
 from unilab.exit_codes import EXIT_USAGE
@@ -26,6 +27,15 @@ EVALUATED_TASKS = ("g1_walk_flat", "g1_motion_tracking")
 
 class EvalInputError(ValueError):
     """Bad input to `unilab eval`: exit 2, nothing written."""
+
+
+# Sizes a CPU evaluates at when no size is given: two cores step the walk grid's 13 x 4 envs for 6 s in about a
+# minute per suite (docs/en/walk.md); a GPU takes the settings' defaults. A request this many times the CPU size's
+# env steps is a GPU size, and is warned of on a CPU.
+CPU_WALK = {"envs_per_command": 4, "hold_s": 6.0, "window_s": 3.0}
+CPU_TRACKING = {"envs_per_clip": 2}
+GPU_SIZED = 4
+PROGRESS_EVERY_S = 5.0
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -87,6 +97,9 @@ class _WalkEval:
         rows = self.walk.rollout(env, policy, self.settings)
         return {"per_command": rows, "overall": self.walk.overall(rows)}
 
+    def steps(self, env) -> int:
+        return int(round(self.settings.hold_s / env.dt))
+
 
 class _TrackingEval:
     """Every clip of the run's motion (or of `settings.motion`), played from its first frame."""
@@ -128,8 +141,44 @@ class _TrackingEval:
             out["randomization_kept"] = self.nominal_kept  # settings without a known "off": as trained
         return out
 
+    def steps(self, env) -> int:
+        return int(env.episode_limit.max())  # after reset_to_clips: the longest clip
+
 
 EVALUATIONS = {"g1_walk_flat": _WalkEval, "g1_motion_tracking": _TrackingEval}
+
+
+class _Progress:
+    """The env of a rollout, counting its steps: every `every_s` a line on standard error with the suite, the step,
+    the time so far and the time left at the pace so far. Everything else is the env's."""
+
+    def __init__(self, env, suite: str, steps, say, every_s: float = PROGRESS_EVERY_S, clock=time.monotonic):
+        self._env, self._suite, self._steps, self._say = env, suite, steps, say
+        self._every_s, self._clock = every_s, clock
+        self._done = 0
+        self._started = self._last = None
+
+    def __getattr__(self, name):
+        return getattr(self._env, name)
+
+    def step(self, action):
+        if self._started is None:
+            self._started = self._last = self._clock()
+            self._total = self._steps(self._env)
+        out = self._env.step(action)
+        self._done += 1
+        now = self._clock()
+        if now - self._last >= self._every_s or self._done == self._total:
+            self._last = now
+            took = now - self._started
+            left = took / self._done * (self._total - self._done)
+            self._say(f"{self._suite}: step {self._done}/{self._total} ({100 * self._done // self._total} %), "
+                      f"{took:.0f} s, ETA {left:.0f} s")
+        return out
+
+
+def _say(text: str) -> None:
+    print(f"unilab eval: {text}", file=sys.stderr, flush=True)
 
 
 def evaluate(run: str, *, checkpoint: str | None = None, suites=("nominal", "robust"), device: str | None = None,
@@ -154,13 +203,15 @@ def evaluate(run: str, *, checkpoint: str | None = None, suites=("nominal", "rob
     algo, sim = instantiate("algo", config["algo"]), instantiate("sim", config["sim"])
     for suite in suites:
         task = instantiate("task", evaluation.task_config(config["task"], suite))
-        env = make_env(task, sim, device, seed)
+        _say(f"{suite}: building {task.num_envs} envs on {device}")
+        env = make_env(task, sim, device, seed, on_stage=lambda text, suite=suite: _say(f"{suite}: {text}"))
         try:
             learner, state = load_learner(algo, env, ckpt, device, seed, state=state)
         except ValueError as exc:
             raise EvalInputError(str(exc)) from exc
         report["iteration"], report["env_steps"] = int(state["iteration"]), int(state.get("env_steps", 0))
-        report["suites"][suite] = evaluation.run(env, functools.partial(learner.act, deterministic=True), suite)
+        counted = _Progress(env, suite, evaluation.steps, _say)
+        report["suites"][suite] = evaluation.run(counted, functools.partial(learner.act, deterministic=True), suite)
         del env, learner
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -184,6 +235,10 @@ def format_table(report: dict, parts: int = 0) -> str:
         lines.append(f"\n[{suite}]  command (vx, vy, wz) -> achieved      lin err m/s  yaw err rad/s  falls  torque/limit")
         for r in res["per_command"]:
             cmd = "({:+.1f}, {:+.1f}, {:+.1f})".format(*r["command"])
+            if r["lin_error"] is None:  # every env of the command fell: no velocity to measure
+                fell = "every env fell during the hold: nothing measured"
+                lines.append(f"  {cmd:<20} {fell:<50} {100 * r['fall_fraction']:>5.1f}%")
+                continue
             ach = "({:+.2f}, {:+.2f}, {:+.2f})".format(*r["achieved"])
             lines.append(f"  {cmd:<20} {ach:<22} {num(r['lin_error']):>10} {num(r['yaw_error']):>13} "
                          f"{100 * r['fall_fraction']:>5.1f}% {num(r['torque_share'], '{:.2f}'):>12}")
@@ -200,10 +255,14 @@ def add_parser(sub) -> None:
     p.add_argument("--checkpoint", help="checkpoint file (default: the run's latest)")
     p.add_argument("--suite", choices=("nominal", "robust", "all"), default="all")
     p.add_argument("--device", help="default: the run's training.device")
-    p.add_argument("--envs-per-command", type=int, default=32, help="walk: envs per command of the grid")
-    p.add_argument("--hold-s", type=float, default=10.0, help="walk: seconds each command is held")
-    p.add_argument("--window-s", type=float, default=6.0, help="walk: the last seconds of the hold that are measured")
-    p.add_argument("--envs-per-clip", type=int, default=16, help="motion tracking: envs playing each clip")
+    p.add_argument("--envs-per-command", type=int, help="walk: envs per command of the grid (default: 32 on a GPU, "
+                   f"{CPU_WALK['envs_per_command']} on the CPU)")
+    p.add_argument("--hold-s", type=float, help="walk: seconds each command is held (default: 10 on a GPU, "
+                   f"{CPU_WALK['hold_s']:g} on the CPU)")
+    p.add_argument("--window-s", type=float, help="walk: the last seconds of the hold that are measured (default: 6 on "
+                   f"a GPU, {CPU_WALK['window_s']:g} on the CPU)")
+    p.add_argument("--envs-per-clip", type=int, help="motion tracking: envs playing each clip (default: 16 on a GPU, "
+                   f"{CPU_TRACKING['envs_per_clip']} on the CPU)")
     p.add_argument("--motion", help="motion tracking: a clip file or directory to evaluate on "
                                     "(default: the run's task.motion_file)")
     p.add_argument("--parts", type=int, default=0, metavar="N",
@@ -214,8 +273,36 @@ def add_parser(sub) -> None:
     p.set_defaults(func=main)
 
 
-def _settings(args: argparse.Namespace):
-    """The evaluation settings of the run's task from the flags (None when the run is no run: checked later)."""
+def _sized(given: dict, cpu_sizes: dict, gpu, cpu: bool, flags: str, describe) -> tuple[dict, list[str]]:
+    """The sizes to use (those given, the rest the device's defaults) and the lines that say how they were chosen:
+    on the CPU, which sizes it took, or a warning when the given ones are GPU-sized. `describe`: sizes -> words."""
+    gpu_sizes = {key: getattr(gpu, key) for key in cpu_sizes}
+    defaults = cpu_sizes if cpu else gpu_sizes
+    sizes = {key: defaults[key] if value is None else value for key, value in given.items()}
+    if not cpu:
+        return sizes, []
+
+    def work(values):  # env steps: envs x seconds
+        return values[next(iter(cpu_sizes))] * values.get("hold_s", 1.0)
+
+    lines = []
+    if any(value is None for value in given.values()):
+        lines.append(f"on the CPU: {describe(sizes)} (on a GPU: {describe(gpu_sizes)}; {flags} set them)")
+    times = work(sizes) / work(cpu_sizes)
+    if times >= GPU_SIZED:
+        lines.append(f"warning: a GPU-sized evaluation on the CPU ({describe(sizes)}): {times:.0f}x the env steps of "
+                     f"the CPU size ({describe(cpu_sizes)}), so about {times:.0f}x as long")
+    return sizes, lines
+
+
+def _walk_sizes(sizes: dict) -> str:
+    return (f"{sizes['envs_per_command']} envs per command held {sizes['hold_s']:g} s, "
+            f"the last {sizes['window_s']:g} s measured")
+
+
+def _settings(args: argparse.Namespace, cpu: bool):
+    """The evaluation settings of the run's task from the flags and the device, and the lines that say how they were
+    sized (None when the run is no run: checked later)."""
     from unilab.rundir.run_config import load_run_config
 
     from .tracking import TrackingEvalSettings
@@ -224,31 +311,52 @@ def _settings(args: argparse.Namespace):
     try:
         task = load_run_config(args.run)["task"]["name"]
     except (FileNotFoundError, ValueError, KeyError):
-        return None
+        return None, []
     if task == "g1_motion_tracking":
-        if args.envs_per_clip < 1:
+        if args.envs_per_clip is not None and args.envs_per_clip < 1:
             raise EvalInputError("need --envs-per-clip >= 1")
-        return TrackingEvalSettings(args.envs_per_clip, args.motion)
+        sizes, lines = _sized({"envs_per_clip": args.envs_per_clip}, CPU_TRACKING, TrackingEvalSettings(), cpu,
+                              "--envs-per-clip", lambda sizes: f"{sizes['envs_per_clip']} envs per clip")
+        return TrackingEvalSettings(sizes["envs_per_clip"], args.motion), lines
     for flag, value in (("--motion", args.motion), ("--parts", args.parts or None)):
         if value is not None:
             raise EvalInputError(f"{flag} is for motion tracking runs; {args.run} trains {task}")
-    return WalkEvalSettings(args.envs_per_command, args.hold_s, args.window_s)
+    given = {"envs_per_command": args.envs_per_command, "hold_s": args.hold_s, "window_s": args.window_s}
+    sizes, lines = _sized(given, CPU_WALK, WalkEvalSettings(), cpu, "--envs-per-command, --hold-s, --window-s",
+                          _walk_sizes)
+    if sizes["envs_per_command"] < 1 or not 0 < sizes["window_s"] <= sizes["hold_s"]:
+        raise EvalInputError(f"need --envs-per-command >= 1 and 0 < --window-s <= --hold-s (here "
+                             f"{sizes['envs_per_command']}, {sizes['window_s']:g} and {sizes['hold_s']:g})")
+    return WalkEvalSettings(**sizes), lines
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.envs_per_command < 1 or not 0 < args.window_s <= args.hold_s:
-        print("unilab eval: need --envs-per-command >= 1 and 0 < --window-s <= --hold-s", file=sys.stderr)
-        return EXIT_USAGE
+    from unilab.runtime.play import device_here
+
     if args.parts < 0:
         print(f"unilab eval: --parts {args.parts}: need a count >= 0", file=sys.stderr)
         return EXIT_USAGE
     suites = ("nominal", "robust") if args.suite == "all" else (args.suite,)
     try:
-        settings = _settings(args)
-        report = evaluate(args.run, checkpoint=args.checkpoint, suites=suites, device=args.device,
+        device, note = device_here(args.device, _run_device(args.run))
+        lines = [note] if note else []
+        settings, sized = _settings(args, device == "cpu")
+        for line in lines + sized:
+            _say(line)
+        report = evaluate(args.run, checkpoint=args.checkpoint, suites=suites, device=device,
                           settings=settings, out=args.out)
     except EvalInputError as exc:
         print(f"unilab eval: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print(json.dumps(report, indent=2) if args.json else format_table(report, args.parts))
     return 0
+
+
+def _run_device(run: str) -> str:
+    """The run's training.device ("cpu" when the run cannot be read: evaluate() then says why)."""
+    from unilab.rundir.run_config import load_run_config
+
+    try:
+        return str(load_run_config(run)["training"]["device"])
+    except (FileNotFoundError, ValueError, KeyError):
+        return "cpu"

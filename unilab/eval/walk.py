@@ -98,10 +98,10 @@ def rollout(env, policy, settings: WalkEvalSettings) -> list[dict]:
             yaw_err = (v[:, 2] - c[2]).abs().mean().item()
             torque_share = torque[block][ok].mean().item()
         else:
-            achieved, lin_err, yaw_err, torque_share = torch.full((3,), float("nan")), None, None, None
+            achieved, lin_err, yaw_err, torque_share = None, None, None, None  # every env fell: nothing measured
         rows.append({
             "command": list(cmd),
-            "achieved": [round(float(x), 4) for x in achieved],
+            "achieved": None if achieved is None else [round(float(x), 4) for x in achieved],
             "lin_error": lin_err,
             "yaw_error": yaw_err,
             "fall_fraction": float(fell[block].float().mean()),

@@ -85,6 +85,28 @@ class Console:
                 f"{episodes} | replay {count_text(p.replay_size)}")
 
 
+# Set by `unilab warmup`, whose run is removed after it: no commands for a run that will not be there.
+NO_NEXT_STEPS_ENV = "UNILAB_NO_NEXT_STEPS"
+# What a CPU run is not, per task: its policy is a check that training runs, not a skill.
+SKILL = {"g1_walk_flat": ("walk", "walk.mp4"), "g1_motion_tracking": ("track its motion", "tracking.mp4")}
+
+
+def after_a_cpu_run(run_dir: str, algo: str, task: str, iterations: int, num_envs: int) -> list[str]:
+    """The last console lines of a CPU run: what it was, and the commands that come next (the GPU recipe last)."""
+    skill, video = SKILL.get(task, ("do its task", "play.mp4"))
+    run = run_dir if " " not in run_dir else f"'{run_dir}'"
+    steps = [(f"unilab play {run} --video {video}", "watch it (world 0, as a video file)"),
+             (f"unilab eval {run}", "measure it (eval.json)"),
+             (f"unilab export {run}", "the policy as ONNX, with its deployment metadata"),
+             (f"unilab sim2sim {run}", "the policy in plain MuJoCo"),
+             ("unilab demo", "a trained policy, shipped with unilab"),
+             (f"train --algo {algo} --task {task} +execution=mps", "on a GPU host: the full-size run")]
+    width = max(len(cmd) for cmd, _ in steps)
+    return [f"this was a tiny CPU smoke run ({iterations} iterations of {num_envs} envs): it shows that training "
+            f"runs here; its policy is not expected to {skill}. Next:",
+            *(f"  {cmd:<{width}}  {what}" for cmd, what in steps)]
+
+
 def rank_of(name: str) -> int | None:
     """The rank in a child's name (`learner[1]` -> 1); None for a name without one."""
     _, _, rank = name.partition("[")

@@ -35,7 +35,7 @@ from unilab.runtime.protocol import Ready
 from unilab.runtime.spec import RoleSpec
 from unilab.world import DistributedContext, single_host
 
-from .console import Console, console_may_hang_up
+from .console import NO_NEXT_STEPS_ENV, Console, after_a_cpu_run, console_may_hang_up
 from .prepare import PreparedRun
 from .supervisor import STOP_GRACE_S, Supervisor
 
@@ -81,7 +81,7 @@ def _launch(prepared: PreparedRun, cfg: DictConfig) -> int:
         finally:
             supervisor.stop_all()
         summary = _summary(supervisor, started, prepared.own_dir)
-        summary.notes[:0] = prepared.notes  # the resume's (a corrupt latest.pt passed over); prepared.lock holds run.lock
+        summary.notes[:0] = prepared.notes  # the resume's (a corrupt latest.pt passed over), a clip that cannot fit
         summary.notes += _gather_ranks(prepared)
         play = (summary.status == "completed" and not training.no_play and not interrupted()
                 and ranks[0].spec.rank == 0)  # one play per run: rank 0's
@@ -100,12 +100,26 @@ def _launch(prepared: PreparedRun, cfg: DictConfig) -> int:
             from unilab.viz.clip import render_leftovers
 
             render_leftovers(prepared.run_dir, interrupted, say=console.print)
+        if (summary.status == "completed" and training.device == "cpu" and ranks[0].spec.rank == 0
+                and not interrupted() and not os.environ.get(NO_NEXT_STEPS_ENV)):
+            print("unilab: " + "\n".join(_after_a_cpu_run(prepared)), file=sys.stderr)  # commands as they are typed
     cause = supervisor.cause
     if supervisor.failed_role == "launcher" and cause and cause.startswith(Prerequisite.CLIENTS_ATTACHED.value):
         return EXIT_USAGE
     if play_interrupted:
         return EXIT_INTERRUPTED
     return {"completed": EXIT_COMPLETED, "interrupted": EXIT_INTERRUPTED}.get(summary.status, EXIT_FAILED)
+
+
+def _after_a_cpu_run(prepared: PreparedRun) -> list[str]:
+    config = prepared.config
+    run_dir = Path(prepared.run_dir)
+    try:  # the shortest path that works from here
+        run_dir = run_dir.resolve().relative_to(Path.cwd())
+    except (ValueError, OSError):  # outside the working directory, or that directory is gone
+        pass
+    return after_a_cpu_run(str(run_dir), config.algo.name, config.task.name, config.algo.max_iterations,
+                           config.task.num_envs)
 
 
 def _create_ranks(prepared: PreparedRun, ctx, to_launcher, stop_event, go_event) -> list[_Rank]:

@@ -131,11 +131,27 @@ def prepare_run(request: ValidatedRequest, name_suffix: str = "") -> PreparedRun
     except BaseException:
         lock.release()
         raise
+    notes = list(target.notes) if target else []
+    if world is None or world.rank == 0:  # rank 0's collector records the clips
+        clip = _no_clip_note(config, target.iteration if target else 0)
+        _say([clip] if clip else [])
+        notes += [clip] if clip else []
     return PreparedRun(run_dir=run_dir, config=config, manifest=manifest,
                        resume=ResumePoint(target.checkpoint, target.iteration) if target else None,
                        rank_devices=request.rank_devices,
                        rank_evidence=request.rank_evidence, role_mps_env=request.role_mps_env, lock=lock,
-                       notes=list(target.notes) if target else [], world=world, own_dir=own_dir)
+                       notes=notes, world=world, own_dir=own_dir)
+
+
+def _no_clip_note(config: RunConfig, start_iteration: int) -> str | None:
+    """A run too short for its training.video_interval says so before it starts, not by a missing clip."""
+    training = config.training
+    if not training.video_interval:
+        return None
+    from unilab.viz.clip import no_clip_note
+
+    return no_clip_note(training.video_interval, start_iteration, config.algo.max_iterations,
+                        training.env_steps_per_sync, config.sim.control_dt)
 
 
 def _say(notes: list[str]) -> None:

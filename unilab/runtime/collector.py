@@ -83,7 +83,8 @@ class Collector:
         self.k_ticks = spec.training.env_steps_per_sync
         # The buffers are shared as soon as the env knows its sizes (`_share`), before its kernels compile:
         # the learner then builds and compiles its networks while this process compiles the physics.
-        self.env = env = make_env(spec.task, spec.sim, str(device), spec.seed, on_sized=self._share)
+        self.env = env = make_env(spec.task, spec.sim, str(device), spec.seed, on_sized=self._share,
+                                  on_stage=lambda text: self.phase(f"collector: {text}"))
         self.phase(f"collector: worlds built in {time.monotonic() - t0:.1f} s")
         self.clips = None  # training.video_interval: world 0 recorded on the device (unilab.viz.clip)
         if spec.training.video_interval and spec.rank == 0:

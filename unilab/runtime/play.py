@@ -207,6 +207,18 @@ def out_file(out: str, example: str) -> Path:
     return path
 
 
+def device_here(asked: str | None, run_device: str) -> tuple[str, str | None]:
+    """The device a tool (play, eval) simulates a run on, and a note when it is not the run's: a run trained on a GPU
+    runs on the CPU of a host without one. A device asked for (--device) is used as given."""
+    if asked or not run_device.startswith("cuda"):
+        return asked or run_device, None
+    import torch
+
+    if torch.cuda.is_available():
+        return run_device, None
+    return "cpu", f"no GPU here: on the CPU (the run trained on {run_device}; --device sets it)"
+
+
 def main(args) -> int:
     """`unilab play RUN`: in this process, on `--device` (default: the run's training.device)."""
     video, viewer = getattr(args, "video", None), getattr(args, "viewer", False)
@@ -227,7 +239,10 @@ def main(args) -> int:
         checkpoint = _policy_checkpoint(args.run, args.checkpoint) if agent == "policy" else args.checkpoint
         config = RunConfig.recorded(values, args.run)
         out = report_path(args.run, getattr(args, "out", None))
-        report = play(args.run, config, args.device or config.training.device,
+        device, note = device_here(args.device, config.training.device)
+        if note:
+            print(f"unilab play: {note}", file=sys.stderr)
+        report = play(args.run, config, device,
                       checkpoint=checkpoint, num_envs=args.envs, steps=args.steps, out=out,
                       agent=agent, watch=watch)
     except (OSError, ValueError) as exc:

@@ -18,6 +18,7 @@ import warp as wp
 from unilab.kernel_cache import kernel_cache_env
 from unilab.sim.capacity import derive_capacity
 from unilab.sim.config import MjWarpSimConfig
+from unilab.sim.driver_warning import without_driver_warning
 
 
 def compile_workers(setting: int | None) -> int:
@@ -25,7 +26,7 @@ def compile_workers(setting: int | None) -> int:
     return min(os.cpu_count() or 1, 8) if setting is None else int(setting)
 
 
-def _setup_warp(verbose: bool, workers: int | None = None) -> None:
+def _setup_warp(verbose: bool, workers: int | None = None, cpu: bool = False) -> None:
     # Warp >= 1.10 gates the greeting and "Module ... load" lines on log_level.
     wp.config.log_level = wp.LOG_INFO if verbose else wp.LOG_WARNING
     for flag, value in (("quiet", not verbose), ("verbose", verbose)):
@@ -37,7 +38,8 @@ def _setup_warp(verbose: bool, workers: int | None = None) -> None:
             wp.config.kernel_cache_dir = cache
     # The first capture loads every imported module (force_module_load): in parallel, not one by one.
     wp.config.load_module_max_workers = compile_workers(workers)
-    wp.init()
+    with without_driver_warning(cpu):  # a CPU process needs no driver (unilab.sim.driver_warning)
+        wp.init()
 
 
 def warp_device(device: str) -> str:
@@ -119,7 +121,7 @@ class MjWarpBackend:
 
     def __init__(self, mj_model: mujoco.MjModel, num_envs: int, device: str, cfg: MjWarpSimConfig, *,
                  compile_now: bool = True):
-        _setup_warp(cfg.verbose, cfg.compile_workers)
+        _setup_warp(cfg.verbose, cfg.compile_workers, cpu=torch.device(device).type == "cpu")
         self.cfg = cfg
         self.num_envs = int(num_envs)
         self.device = torch.device(device)
@@ -217,6 +219,15 @@ class MjWarpBackend:
         for block_dim, modules in found.items():
             wp.force_load(self.wp_device, modules=list(modules), block_dim=block_dim)
         return sum(len(m) for m in found.values())
+
+    @property
+    def kernel_cache_dir(self) -> str:
+        return str(wp.config.kernel_cache_dir)
+
+    @property
+    def captures_graphs(self) -> bool:
+        """Whether the physics and kinematics run as captured CUDA graphs (the first use captures them)."""
+        return self._use_graph
 
     # ------------------------------------------------------------ execution
     def _graphs_supported(self) -> bool:

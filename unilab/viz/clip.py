@@ -32,6 +32,27 @@ EXIT_WAIT_S = 2.0
 LEFTOVER_TIMEOUT_S = 300.0  # per clip the launcher renders after the run
 
 
+def clip_ticks(control_dt: float) -> int:
+    """Env steps a clip records."""
+    return max(2, round(CLIP_S / control_dt))
+
+
+def no_clip_note(interval: int, start_iteration: int, max_iterations: int, steps_per_iteration: int,
+                 control_dt: float) -> str | None:
+    """Why a run with this `training.video_interval` writes no clip, or None when it writes one. The first clip
+    starts at the first multiple of `interval` from `start_iteration` and needs `clip_ticks` env steps (the
+    collector's ticks, `steps_per_iteration` an iteration) before the run's last iteration ends."""
+    ticks = clip_ticks(control_dt)
+    first = -(-start_iteration // interval) * interval
+    iterations = -(-ticks // steps_per_iteration)
+    if first + iterations <= max_iterations:
+        return None
+    return (f"training.video_interval={interval} writes no clip in this run: a clip records {CLIP_S:g} s of world 0 "
+            f"({ticks} env steps, {iterations} iterations of {steps_per_iteration}) from iteration {first}, and the "
+            f"run ends at iteration {max_iterations}; a run of at least {first + iterations} iterations "
+            "(algo.max_iterations) writes one")
+
+
 def render_command(clip: str | Path) -> list[str]:
     return [sys.executable, "-m", "unilab.viz.clip", str(clip)]
 
@@ -58,7 +79,7 @@ class ClipRecorder:
         self.dir = Path(run_dir) / VIDEO_DIR
         self.dir.mkdir(parents=True, exist_ok=True)
         mujoco.mj_saveModel(env.mj_model, str(self.dir / MODEL_FILE), None)
-        ticks = max(2, round(CLIP_S / env.dt))
+        ticks = clip_ticks(env.dt)
         nq = env.qpos.shape[1]
         self.buf = torch.zeros(ticks, nq, device=env.device)
         cuda = env.device.type == "cuda"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextvars
 import math
+import threading
 import time
 from contextlib import contextmanager
 from typing import Any
@@ -137,13 +138,55 @@ class TaskGraph:
 _ON_SIZED: contextvars.ContextVar = contextvars.ContextVar("unilab_on_sized", default=None)
 
 
+STILL_EVERY_S = 15.0  # a long stage says it is still going this often
+# The `on_stage` hook: told each stage of the build as it ends (a cold build compiles for up to a minute on a CPU).
+_ON_STAGE: contextvars.ContextVar = contextvars.ContextVar("unilab_on_stage", default=None)
+
+
 @contextmanager
-def sized_hook(fn):
-    token = _ON_SIZED.set(fn)
+def build_hooks(on_sized, on_stage=None):
+    tokens = _ON_SIZED.set(on_sized), _ON_STAGE.set(on_stage)
     try:
         yield
     finally:
-        _ON_SIZED.reset(token)
+        _ON_STAGE.reset(tokens[1])
+        _ON_SIZED.reset(tokens[0])
+
+
+class _Stages:
+    """The `on_stage` hook with the seconds since the last stage ended (or since the build began)."""
+
+    def __init__(self, hook):
+        self.hook = hook
+        self.since = time.monotonic()
+
+    def __call__(self, text: str) -> None:
+        now = time.monotonic()
+        if self.hook is not None:
+            self.hook(f"{text} in {now - self.since:.1f} s")
+        self.since = now
+
+    @contextmanager
+    def ticking(self, text: str, every_s: float = STILL_EVERY_S):
+        """Inside, a stage that may last a minute (a cold compile): `text` at once, then every `every_s` the seconds
+        so far, from a thread (the stage itself blocks this one)."""
+        if self.hook is None:
+            yield
+            return
+        self.hook(text)
+        done = threading.Event()
+
+        def tick():
+            while not done.wait(every_s):
+                self.hook(f"still {text.partition(' (')[0]}: {time.monotonic() - self.since:.0f} s so far")
+
+        thread = threading.Thread(target=tick, name="unilab-stage-ticks", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
 
 
 class TaskEnv:
@@ -159,8 +202,10 @@ class TaskEnv:
         self.device = torch.device(device)
         self.num_envs = int(cfg.num_envs)
         self.mj_model = mj_model
+        self._stage = _Stages(_ON_STAGE.get())
         # The kernels compile in _finish_init (compile_kernels), after the sizes are known.
         self.backend = MjWarpBackend(mj_model, self.num_envs, str(self.device), sim_cfg, compile_now=False)
+        self._stage(f"model put on {self.device} ({self.num_envs} worlds)")
         self._on_sized = _ON_SIZED.get()
         self.dt = float(sim_cfg.timestep) * int(sim_cfg.decimation)
         # The epsilon keeps 20 s / 0.02 s at 1000 steps despite float rounding.
@@ -215,9 +260,15 @@ class TaskEnv:
         self.obs_dim, self.critic_obs_dim = int(obs.shape[-1]), int(critic_obs.shape[-1])
         if self._on_sized is not None:
             self._on_sized(self)
-        self.backend.compile_kernels()  # all of them, in parallel, before the first capture
+            self._stage.since = time.monotonic()  # the hook's own time is the caller's
+        with self._stage.ticking(f"compiling the physics kernels (the first time only: cached in "
+                                 f"{self.backend.kernel_cache_dir})"):
+            modules = self.backend.compile_kernels()  # all of them, in parallel, before the first capture
+        self._stage(f"physics kernels ready ({modules} module variants)")
         self.backend.forward()  # derived quantities of the initial state
         self.reset()
+        graph = ", kinematics graph captured" if self.backend.captures_graphs else ""
+        self._stage(f"initial state and first reset{graph}")
         sizes = (int(self._compute_obs().shape[-1]), int(self._compute_critic_obs().shape[-1]))
         if sizes != (self.obs_dim, self.critic_obs_dim):
             raise RuntimeError(f"{type(self).__name__}: observation sizes {sizes} after the reset differ from "
