@@ -255,9 +255,9 @@ def test_a_run_with_video_interval_leaves_a_clip_and_its_strip(tmp_path):
     """The collector hook end to end: 2 envs, 25 ticks an iteration, a 5 s clip from iteration 0."""
     from unilab.viz import clip
 
-    cmd = [sys.executable, "-m", "unilab.cli.train", "+preset=cpu_smoke", "task.num_envs=2", "training.no_play=true",
-           "training.env_steps_per_sync=25", "algo.max_iterations=11", "algo.save_interval=1000",
-           "training.video_interval=10", f"training.log_dir={tmp_path}", "training.run_name=clip"]
+    cmd = [sys.executable, "-m", "unilab.cli.train", "+preset=cpu_smoke", "task.num_envs=2", "training.outputs.no_play=true",
+           "training.loop.env_steps_per_sync=25", "algo.max_iterations=11", "algo.save_interval=1000",
+           "training.outputs.video_interval=10", f"training.run.log_dir={tmp_path}", "training.run.run_name=clip"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=_headless_env())
     assert done.returncode == 0, done.stderr[-3000:]
     # The run's end is the clips' end: the video is there, no clip waits, no render of this run is running.

@@ -50,11 +50,12 @@ def test_the_children_start_with_the_cache_variables(tmp_path, monkeypatch):
             return object()
 
     class Prepared:
-        config = SimpleNamespace(training=SimpleNamespace(device="cpu", block_ambient_mps=False))
+        config = SimpleNamespace(training=SimpleNamespace(run=SimpleNamespace(device="cpu"),
+                                                       mps=SimpleNamespace(block_ambient_mps=False)))
         rank_devices = ["cpu"]
         rank_evidence = [type("E", (), {"configured": None})()]
         run_dir = tmp_path
-        world = None  # train's own ranks (training.devices), not a torchrun rank
+        world = None  # train's own ranks (training.run.devices), not a torchrun rank
 
     monkeypatch.setattr(launch_mod, "_role_spec", lambda *a: type("S", (), {"name": lambda self, role: role})())
     (rank,) = launch_mod._create_ranks(Prepared(), Ctx(), None, None, None)
@@ -64,7 +65,7 @@ def test_the_children_start_with_the_cache_variables(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["training.log_dir=elsewhere"], "warmup sets them"),
+    (["training.run.log_dir=elsewhere"], "warmup sets them"),
     (["algo.max_iterations=3"], "warmup sets them"),
     (["+preset=cpu_smoke", "+execution=mps"], "learner_cuda"),
     (["+preset=cpu_smoke", "+training.typo=1"], "training.typo: no such key"),

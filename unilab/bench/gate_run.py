@@ -262,7 +262,7 @@ def run_gate(args) -> int:
             raise GateInputError(f"{'; '.join(missing)}: not available in this build (`unilab list`); "
                                  "--cases leaves a case out")
         if _HYDRA_SPECIAL.search(str(out)):
-            raise GateInputError(f"--out {out}: it goes into a train override (training.log_dir), where spaces, "
+            raise GateInputError(f"--out {out}: it goes into a train override (training.run.log_dir), where spaces, "
                                  "quotes, brackets, ',' and '=' mean something else; choose a plainer path")
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise GateInputError(f"--out {out}: exists and is not an empty folder (each gate gets its own)")

@@ -22,8 +22,8 @@ from unilab.exit_codes import EXIT_USAGE
 # Iterations past the first update: the losses compile at the first one, the rest check it ran.
 AFTER_FIRST_UPDATE = 3
 # Set by warmup itself; a user's value for them would be overwritten.
-OWN_KEYS = ("algo.max_iterations", "training.log_dir", "training.run_name", "training.no_play", "training.export_onnx",
-            "training.logger", "training.video_interval", "training.resume")
+OWN_KEYS = ("algo.max_iterations", "training.run.log_dir", "training.run.run_name", "training.outputs.no_play", "training.outputs.export_onnx",
+            "training.outputs.logger", "training.outputs.video_interval", "training.run.resume")
 
 
 def _iterations(overrides: list[str]) -> int:
@@ -34,7 +34,7 @@ def _iterations(overrides: list[str]) -> int:
     from unilab.config import validate
 
     config = validate(compose_train(overrides)).config
-    per_iteration = config.task.num_envs * config.training.env_steps_per_sync
+    per_iteration = config.task.num_envs * config.training.loop.env_steps_per_sync
     return first_update(config.algo, per_iteration).iteration + AFTER_FIRST_UPDATE
 
 
@@ -63,8 +63,8 @@ def warmup(args: argparse.Namespace) -> int:
     before = {var: size_bytes(path) for var, path in dirs.items()}
     scratch = tempfile.mkdtemp(prefix="unilab-warmup-")
     cmd = [sys.executable, "-m", "unilab.cli.train", *overrides, f"algo.max_iterations={iterations}",
-           f"training.log_dir={scratch}", "training.run_name=warmup", "training.no_play=true",
-           "training.export_onnx=false", "training.logger=[]", "training.video_interval=null"]
+           f"training.run.log_dir={scratch}", "training.run.run_name=warmup", "training.outputs.no_play=true",
+           "training.outputs.export_onnx=false", "training.outputs.logger=[]", "training.outputs.video_interval=null"]
     started = time.monotonic()
     try:
         code = subprocess.call(cmd, env={**os.environ, **kernel_cache_env()})

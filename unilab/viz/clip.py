@@ -1,4 +1,4 @@
-"""Training-time clips (`training.video_interval`): every N iterations the collector records world 0 for
+"""Training-time clips (`training.outputs.video_interval`): every N iterations the collector records world 0 for
 CLIP_S seconds, and a separate process renders the clip to `videos/iter_<N>.mp4` in the run directory.
 
 Why this shape: the collector's loop is the hot path. Per tick it only copies world 0's qpos (~36
@@ -190,7 +190,7 @@ def _to_tensorboard(run_dir: Path, iteration: int, strip) -> None:
 
     tb = run_dir / TENSORBOARD_DIR
     if not tb.is_dir():
-        return  # training.logger without tensorboard
+        return  # training.outputs.logger without tensorboard
     from torch.utils.tensorboard import SummaryWriter
 
     with SummaryWriter(log_dir=str(tb), filename_suffix=".clips") as w:
