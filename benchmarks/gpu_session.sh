@@ -58,8 +58,10 @@
 #   wait [SECONDS]  (= learn --wait S)  follow the detached jobs until they end or SECONDS pass (default 500)
 #   collect                             DIR and the run folders (no checkpoints) -> $OUT/session.tgz
 #
-# --dry-run prints the commands instead of running them (TRAIN, UNILAB, PYTHON choose how they are spelled:
-# default `python3 -m unilab.cli.train`, `python3 -m unilab.cli.tools`, `python3`). DIR (--out, or
+# --dry-run prints the commands instead of running them (TRAIN, UNILAB, JOBS, PYTHON choose how they are spelled:
+# default `python3 -m unilab.cli.train`, `python3 -m unilab.cli.tools`, `python3 -m unilab.jobs`, `python3`).
+# gate, learn and ab start each `train` as a job of unilab's job runner (JOBS): its own session, its log, its
+# timeout, Ctrl-C or SIGTERM passed on to the run. DIR (--out, or
 # $SESSION_DIR) defaults to /tmp/session: logs, JSON, plots. Run folders: /tmp/gate/NAME, /tmp/learn/NAME,
 # /tmp/NAME (ab); LEARN_DIR moves /tmp/learn. A device command may run 10 minutes: start long work with `bg` or `learn`, then `wait`.
 # docs/en/performance.md (appendix) lists what past sessions ran with these subcommands.
@@ -70,6 +72,7 @@ ME=benchmarks/$(basename "$SELF")  # how detached jobs call it again (from the r
 PYTHON=${PYTHON:-python3}
 read -r -a TRAIN_CMD <<< "${TRAIN:-$PYTHON -m unilab.cli.train}"
 read -r -a UNILAB_CMD <<< "${UNILAB:-$PYTHON -m unilab.cli.tools}"
+read -r -a JOBS_CMD <<< "${JOBS:-$PYTHON -m unilab.jobs}"
 export PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # NVLink multicast off
 RAW_PIPE=/tmp/mps/pipe RAW_LOG=/tmp/mps/log
@@ -103,6 +106,10 @@ run_log() {  # LOG CMD...: stdout and stderr to LOG, then its exit status
   local out=$1 rc; shift
   if [ "$DRY" = 1 ]; then echo "$(q "$@") > $(q "$out") 2>&1"; return 0; fi
   "$@" > "$out" 2>&1; rc=$?; echo "rc=$rc ($(basename "$out"))"; return $rc
+}
+job() {  # LOG [--timeout S] [--env KEY=VALUE]... -- CMD...: CMD as one job of the runner, its console to LOG
+  local out=$1; shift
+  run "${JOBS_CMD[@]}" --log "$out" "$@"
 }
 note() { [ "$DRY" = 1 ] || echo "$*"; }
 die() { echo "gpu_session.sh: $*" >&2; exit 2; }
@@ -226,7 +233,7 @@ cmd_gate() {
   [[ ,$ARMS, == *,mps,* ]] && require_daemon "$GPU"
   note_dir "$dir"
   (if [[ ,$ARMS, == *,mps,* ]]; then use_daemon "$GPU"; else use_gpu "$GPU"; fi
-   run_log "$S/gate_$name.log" "${TRAIN_CMD[@]}" "${args[@]}")
+   job "$S/gate_$name.log" -- "${TRAIN_CMD[@]}" "${args[@]}")
   if [[ $ARMS == *,* ]]; then
     [ -n "$THRESHOLD" ] || THRESHOLD=$(case_threshold "$ALGO" "$TASK")
     run_log "$S/gate_$name.txt" "${UNILAB_CMD[@]}" bench compare "$dir" --threshold-pct "$THRESHOLD" --plot "$S/gate_$name.png"
@@ -237,11 +244,12 @@ cmd_gate() {
       echo "$(q "${UNILAB_CMD[@]}" config diff) RUN_DEFAULT RUN_MPS > $(q "$S/gate_${name}_diff.txt") 2>&1  # one seed's two runs in $dir"
     else
       local pair; pair=$("$PYTHON" - "$dir" <<'PY'
-import json, pathlib, sys
+import pathlib, sys
+from unilab.rundir.run_config import load_run_config
 runs = {}
 for cfg in sorted(pathlib.Path(sys.argv[1]).glob("*/run_config.json")):
-    t = json.loads(cfg.read_text())["training"]
-    runs.setdefault(t["seed"], {})[t["cuda_process_sharing"] or "default"] = str(cfg.parent)
+    t = load_run_config(cfg)["training"]
+    runs.setdefault(t["run"]["seed"], {})[t["mps"]["cuda_process_sharing"] or "default"] = str(cfg.parent)
 both = [arms for _, arms in sorted(runs.items()) if len(arms) == 2]
 print(" ".join(sorted(both[0].values(), key=lambda d: d != both[0].get("default"))) if both else "")
 PY
@@ -263,7 +271,7 @@ extract_runs() {  # DIR NAME: `unilab bench extract` of every run in DIR
   for d in "$1"/*/; do
     d=${d%/}
     [ -f "$d/run_config.json" ] || continue
-    "$PYTHON" -c "import json, sys; t = json.load(open(sys.argv[1]))['training']; print(sys.argv[2], 'seed', t['seed'], 'threads', t['mps_active_thread_percentage'], 'priority', t['mps_client_priority'])" "$d/run_config.json" "$(basename "$d")"
+    "$PYTHON" -c "import sys; from unilab.rundir.run_config import load_run_config; t = load_run_config(sys.argv[1])['training']; print(sys.argv[2], 'seed', t['run']['seed'], 'threads', t['mps']['mps_active_thread_percentage'], 'priority', t['mps']['mps_client_priority'])" "$d/run_config.json" "$(basename "$d")"
     "${UNILAB_CMD[@]}" bench extract "$d" > "$S/${2}_$(basename "$d").txt" 2>&1
     grep -E "iteration_ms|env_steps_per_s|learner_train_ms|collector_env_step_ms" "$S/${2}_$(basename "$d").txt"
   done
@@ -290,8 +298,8 @@ cmd_ab() {  # plain runs, default vs MPS, both under one raw daemon (training.mp
    RAW=1 cmd_mps_start
    for mode in default mps; do
      log "ab $name: $mode"
-     run_log "$S/${name}_$mode.log" env CUDA_MPS_PIPE_DIRECTORY=$RAW_PIPE CUDA_MPS_LOG_DIRECTORY=$RAW_LOG \
-       timeout 600 "${TRAIN_CMD[@]}" --algo "$ALGO" --task "$TASK" "$device" task.num_envs="$ENVS" \
+     job "$S/${name}_$mode.log" --timeout 600 --env CUDA_MPS_PIPE_DIRECTORY=$RAW_PIPE \
+       --env CUDA_MPS_LOG_DIRECTORY=$RAW_LOG -- "${TRAIN_CMD[@]}" --algo "$ALGO" --task "$TASK" "$device" task.num_envs="$ENVS" \
        algo.max_iterations="$ITERS" algo.save_interval=100000 training.run.log_dir=/tmp/"$name" training.run.run_name="${name}_$mode" \
        training.mps.block_ambient_mps=true +execution=$mode "${OVERRIDES[@]}"
      [ "$DRY" = 1 ] || tail -2 "$S/${name}_$mode.log"
@@ -393,7 +401,7 @@ cmd_learn() {
   (if [ "$EXECUTION" = mps ]; then use_daemon "$GPU"; else use_gpu "$GPU"; fi
    for ((k = 1; k <= SEGMENTS; k++)); do
      if [ "$k" = 1 ]; then last=training.run.run_name=$NAME; else last=training.run.resume=$dir/$NAME; fi
-     run_log "$S/learn_${NAME}_$k.log" timeout -s TERM "$SECONDS_" "${TRAIN_CMD[@]}" "${args[@]}" "$last"
+     job "$S/learn_${NAME}_$k.log" --timeout "$SECONDS_" -- "${TRAIN_CMD[@]}" "${args[@]}" "$last"
    done)
   run "${UNILAB_CMD[@]}" plot "$dir/$NAME" --out "$S/learn_$NAME.png" --metric ${KEYS:-$(default_keys "$TASK")}
 }
