@@ -32,6 +32,7 @@ from pathlib import Path
 
 from unilab.exit_codes import EXIT_INTERRUPTED
 from unilab.jobs.runner import JobProcess, interrupts, read_summary
+from unilab.rundir.renamed import upgrade_overrides
 
 ROWS = 3  # the metrics rows a run has written before its fault
 GO_ON_S = 30.0  # how long the neighbour of a stopped run must keep writing rows
@@ -140,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     cmd = argv[argv.index("--") + 1:] if "--" in argv else []  # the whole train command
     args = parser.parse_args(argv[:len(argv) - len(cmd) - 1] if "--" in argv else argv)
+    cmd = upgrade_overrides(cmd)  # old key spellings (training.run_name) read as today's
     if not cmd:
         parser.error("the train command goes after --")
     if args.fault == "kill" and _value(cmd, "training.run.run_name") is None:

@@ -44,8 +44,8 @@ SWEEP_STOP_GRACE_S = 300.0  # a stopped sweep ends its runs (a packed one waits 
 
 def commands(out: Path, seeds: list[int], iterations: int, train_args: list[str]) -> dict[str, list[str]]:
     """The warm-up's and each arm's command line."""
-    same = [*train_args, f"algo.max_iterations={iterations}", "algo.save_interval=100000000", "training.outputs.no_play=true",
-            "training.outputs.logger=[]"]  # no checkpoint, play or logger I/O inside the timed runs
+    same = [*train_args, f"algo.max_iterations={iterations}", "algo.save_interval=100000000",
+            "training.outputs.no_play=true", "training.outputs.logger=[]"]  # no checkpoint, play or logger I/O inside the timed runs
     cmds = {"warmup": [*WARMUP, *train_args]}  # the same kernels in every mode: no daemon needed
     for arm, mode in ARMS.items():
         packed = [f"hydra.launcher.max_parallel={len(seeds)}"] if "hydra/launcher=unilab_packed" in mode else []

@@ -80,8 +80,9 @@ def checkpoint_times(run: Path, started_wall: float) -> list[dict]:
 def timed_run(overrides: list[str], seed: int, out: Path, cache: Path, seconds: float, save_interval: int) -> dict:
     name = f"seed{seed}"
     cmd = [*TRAIN, *overrides, f"training.run.seed={seed}",
-           "algo.max_iterations=10000000", f"algo.save_interval={save_interval}", "training.outputs.keep_checkpoints=null",
-           "training.outputs.no_play=true", "training.outputs.logger=[]", f"training.run.log_dir={out}", f"training.run.run_name={name}"]
+           "algo.max_iterations=10000000", f"algo.save_interval={save_interval}",
+           "training.outputs.keep_checkpoints=null", "training.outputs.no_play=true", "training.outputs.logger=[]",
+           f"training.run.log_dir={out}", f"training.run.run_name={name}"]
     options = child_options(out, {"UNILAB_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"})
     started_wall, started = time.time(), time.monotonic()
     first_row = None

@@ -125,6 +125,7 @@ def test_a_window_that_does_not_fit_is_refused_even_when_short_is_allowed(tmp_pa
     (["--envs", f"{WALK}=many"], "'many' is not a number"),
     (["--device", "cpu"], "needs a CUDA device"),
     (["--", "training.run.seed=3"], "use --repeats"),
+    (["--", "training.seed=3"], "use --repeats"),  # its old spelling (unilab.rundir.renamed) too
     (["--", "task.num_envs=64"], "use --envs"),
     (["--", "--multirun"], "only train overrides KEY=VALUE"),
     (["--out", "/tmp/no,such,gate"], "choose a plainer path"),

@@ -13,7 +13,12 @@ from train_calls import run_train
 
 from unilab.config.nearest import schema_keys
 from unilab.config.schema import TrainingConfig
-from unilab.rundir.renamed import RENAMED, TRAINING_GROUPS, new_spelling, upgrade_overrides
+from unilab.rundir.renamed import (
+    RENAMED,
+    TRAINING_GROUPS,
+    new_spelling,
+    upgrade_overrides,
+)
 
 
 def test_the_table_is_the_schemas_groups():

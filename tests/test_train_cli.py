@@ -610,8 +610,8 @@ def test_a_run_dir_in_use_is_refused_naming_the_holder(resumable, capsys):
     assert resume(run) == 0  # released: the resume goes ahead
 
 
-@pytest.mark.parametrize("key", ["mps_probe_timeout_s", "mps_attach_timeout_s", "stall_timeout_s",
-                                 "startup_timeout_s", "dist_timeout_s"])
+@pytest.mark.parametrize("key", ["mps.mps_probe_timeout_s", "mps.mps_attach_timeout_s", "loop.stall_timeout_s",
+                                 "loop.startup_timeout_s", "loop.dist_timeout_s"])
 @pytest.mark.parametrize("value", ["inf", "nan", "0", "-1", "1e308", "604801"])
 def test_timeouts_are_range_checked_at_compose(tmp_path, spies, capsys, key, value):
     """An infinite timeout waits for ever, zero or less never waits, one past a week is no timeout anyone means
@@ -665,7 +665,7 @@ def test_the_manifest_records_the_source_and_the_versions(tmp_path):
                             "g1_walk_flat"),
     (("--algo", "fastsak"), "algo=fastsak: no such algo; did you mean fastsac"),
     (("task.num_env=8",), "task.num_env: no such key in task; did you mean num_envs"),
-    (("training.seeed=3",), "training.seeed: no such key in training; did you mean seed?"),
+    (("training.seeed=3",), "training.seeed: no such key in training; did you mean run.seed?"),
     (("Mjlab-Velocity-Flat-Unitree-G1",), "Mjlab-Velocity-Flat-Unitree-G1: not a key=value override. Tasks are chosen "
                                           "with --task NAME (available: g1_motion_tracking, g1_walk_flat)"),
 ])

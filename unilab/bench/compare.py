@@ -18,8 +18,8 @@ from .extract import COUNTER_KEYS, DEFAULT_LAST, DEFAULT_SKIP_FIRST, TIMING_KEYS
 
 THROUGHPUT_KEY = "env_steps_per_s"
 # What may differ between the runs of one comparison; anything else makes it apples to oranges.
-VARYING_KEYS = ("training.mps.cuda_process_sharing", "training.run.seed", "training.run.run_name", "training.run.log_dir",
-                "training.run.resume")
+VARYING_KEYS = ("training.mps.cuda_process_sharing", "training.run.seed", "training.run.run_name",
+                "training.run.log_dir", "training.run.resume")
 
 
 @dataclass

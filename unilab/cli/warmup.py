@@ -22,8 +22,9 @@ from unilab.exit_codes import EXIT_USAGE
 # Iterations past the first update: the losses compile at the first one, the rest check it ran.
 AFTER_FIRST_UPDATE = 3
 # Set by warmup itself; a user's value for them would be overwritten.
-OWN_KEYS = ("algo.max_iterations", "training.run.log_dir", "training.run.run_name", "training.outputs.no_play", "training.outputs.export_onnx",
-            "training.outputs.logger", "training.outputs.video_interval", "training.run.resume")
+OWN_KEYS = ("algo.max_iterations", "training.run.log_dir", "training.run.run_name", "training.run.resume",
+            "training.outputs.no_play", "training.outputs.export_onnx", "training.outputs.logger",
+            "training.outputs.video_interval")
 
 
 def _iterations(overrides: list[str]) -> int:

@@ -21,16 +21,17 @@ def unknown_key(full_key: str, schema: Any) -> str:
 def did_you_mean(word: str, schema: Any) -> str:
     """`did you mean A or B? ` (the nearest keys of `schema`, by their last part), or "" when none is near."""
     by_name: dict[str, list[str]] = {}
-    for path in schema_keys(schema):
+    for path in schema_keys(schema, depth=2):  # deeper ones (loop.nan_guard.enabled) are not what one mistypes
         by_name.setdefault(path.rpartition(".")[2], []).append(path)
     close = difflib.get_close_matches(word, list(by_name), n=3, cutoff=0.5)
     found = [path for name in close for path in by_name[name]][:3]
     return f"did you mean {' or '.join(found)}? " if found else ""
 
 
-def schema_keys(schema: Any, prefix: str = "") -> list[str]:
-    """Every key of a schema dataclass, dotted below its nested dataclasses (`run`, `run.seed`, ...)."""
-    if not dataclasses.is_dataclass(schema):
+def schema_keys(schema: Any, prefix: str = "", depth: int | None = None) -> list[str]:
+    """Every key of a schema dataclass, dotted below its nested dataclasses (`run`, `run.seed`, ...); `depth`: at
+    most that many parts."""
+    if not dataclasses.is_dataclass(schema) or depth == 0:
         return []
     try:
         hints = typing.get_type_hints(schema)
@@ -43,5 +44,5 @@ def schema_keys(schema: Any, prefix: str = "") -> list[str]:
         keys.append(prefix + f.name)
         inner = hints.get(f.name)
         if isinstance(inner, type) and dataclasses.is_dataclass(inner):
-            keys += schema_keys(inner, f"{prefix}{f.name}.")
+            keys += schema_keys(inner, f"{prefix}{f.name}.", None if depth is None else depth - 1)
     return keys

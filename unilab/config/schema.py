@@ -219,8 +219,8 @@ TAKEN_NAME_SUFFIX_BYTES = 4
 
 
 def check_run_name(run_name: str) -> None:
-    """training.run.run_name is a name (folders below training.run.log_dir allowed), not a path elsewhere: refused before
-    anything is created, with what to do instead."""
+    """training.run.run_name is a name (folders below training.run.log_dir allowed), not a path elsewhere: refused
+    before anything is created, with what to do instead."""
     name = PurePath(run_name)
     if name.is_absolute():
         raise ValueError(f"training.run.run_name={run_name!r}: a run name is a name, not a path; give the folder as "
@@ -234,8 +234,8 @@ def check_run_name(run_name: str) -> None:
         if size > limit:
             room = ", less room for the _N that a taken name gets" if last else ""
             shown = run_name if len(run_name) <= 60 else f"{run_name[:28]}...{run_name[-28:]}"
-            raise ValueError(f"training.run.run_name={shown!r}: name too long ({size} bytes in one folder name; at most "
-                             f"{limit}: file systems take {NAME_MAX_BYTES} bytes per name{room}); choose a shorter "
+            raise ValueError(f"training.run.run_name={shown!r}: name too long ({size} bytes in one folder name; at "
+                             f"most {limit}: file systems take {NAME_MAX_BYTES} bytes per name{room}); choose a shorter "
                              "training.run.run_name")
 
 

@@ -8,8 +8,8 @@ composed (unilab.config.validation) instead of after the run directory exists.
   fit a 32-bit byte stride. The per-world sizes come from the task's MjModel, compiled from its MjSpec on the CPU
   in milliseconds (no Warp, no kernels).
 - The learner's device: the replay (algo.replay_capacity rows) and the ingress slots the collector fills
-  (training.loop.ingress_slots chunks of task.num_envs x training.loop.env_steps_per_sync rows) live there, one float32 row
-  holding a transition (obs, critic obs, action, reward, next obs, next critic obs, done). What is refused is a
+  (training.loop.ingress_slots chunks of task.num_envs x training.loop.env_steps_per_sync rows) live there, one
+  float32 row holding a transition (obs, critic obs, action, reward, next obs, next critic obs, done). What is refused is a
   total above the device's whole memory, which no run could hold whatever else it left room for: NVML's total
   on a CUDA device, the host's physical memory (or the cgroup's limit, where lower) on the CPU, where the
   replay lives in host memory and its pages would run the host out of memory while it fills. A device whose
@@ -73,8 +73,8 @@ def check_first_update(algo: Any, task: Any, training: Any) -> None:
         raise ValueError(
             f"algo.replay_capacity={algo.replay_capacity}: expected at least {need}, the rows the first update waits "
             f"for: algo.batch_size={algo.batch_size}, and algo.learning_starts={algo.learning_starts} iterations of "
-            f"task.num_envs={task.num_envs} x training.loop.env_steps_per_sync={training.loop.env_steps_per_sync} rows; "
-            "a replay that cannot hold them never starts training")
+            f"task.num_envs={task.num_envs} x training.loop.env_steps_per_sync={training.loop.env_steps_per_sync} "
+            "rows; a replay that cannot hold them never starts training")
 
 
 def row_bytes(task: Any) -> int:
@@ -100,8 +100,8 @@ def check_device_memory(typed: dict[str, Any], devices: list[str],
         if slots >= budget:
             raise ValueError(
                 f"training.loop.ingress_slots={training.loop.ingress_slots} x task.num_envs={task.num_envs} x "
-                f"training.loop.env_steps_per_sync={training.loop.env_steps_per_sync} rows of {row} bytes take {_gib(slots)}, "
-                f"more than {where}: expected at most {budget // row} rows in all")
+                f"training.loop.env_steps_per_sync={training.loop.env_steps_per_sync} rows of {row} bytes take "
+                f"{_gib(slots)}, more than {where}: expected at most {budget // row} rows in all")
         if replay + slots > budget:
             raise ValueError(
                 f"algo.replay_capacity={algo.replay_capacity}: expected at most {(budget - slots) // row}: rows of "

@@ -197,7 +197,8 @@ def check_host(training: TrainingConfig) -> None:
     from unilab.checks import require
     from unilab.viz.gl import require_gl_for
 
-    _checked(require_gl_for, "training.outputs.video_interval", training.outputs.video_interval)  # clips need OpenGL; training not
+    # clips need OpenGL; training does not
+    _checked(require_gl_for, "training.outputs.video_interval", training.outputs.video_interval)
     _checked(require, "wandb" not in training.outputs.logger or importlib.util.find_spec("wandb") is not None,
              "training.outputs.logger", list(training.outputs.logger),
              f"loggers whose packages are installed (wandb is not: {WANDB_EXTRA_HINT})")
@@ -231,7 +232,8 @@ def cluster_rank(run: RunSettings, environ) -> DistributedContext | None:
         return None
     if run.resume:
         raise ConfigError(f"training.run.resume under {launcher}: a multi-node run cannot be resumed yet; resume "
-                          "it on one host (train training.run.resume=... 'training.run.devices=[...]') or start a new run")
+                          "it on one host (train training.run.resume=... 'training.run.devices=[...]') or start a new "
+                          "run")
     if not run.run_name and not world.run_id:
         raise ConfigError(f"no run name under {launcher}: every rank must derive the same run directory, never "
                           "from its own clock. Set training.run.run_name=NAME (the same on every node) or give "

@@ -173,7 +173,8 @@ def find_intact_checkpoint(resume: str) -> FoundCheckpoint:
             continue
         notes = [f"{reason}; resuming from {candidate.name} instead" for reason in skipped]
         return FoundCheckpoint(candidate, state, notes)
-    raise FileNotFoundError(f"training.run.resume={resume}: no intact checkpoint in {folder}:\n  " + "\n  ".join(skipped))
+    raise FileNotFoundError(f"training.run.resume={resume}: no intact checkpoint in {folder}:\n  "
+                            + "\n  ".join(skipped))
 
 
 def prune_checkpoints(run_dir: str | Path, keep: int | None, newest: Path) -> list[str]:

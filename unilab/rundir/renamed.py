@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 # group of training -> its keys that were at training.<key>
 TRAINING_GROUPS = {

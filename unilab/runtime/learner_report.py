@@ -224,5 +224,5 @@ def open_iteration_log(spec: Any, device: Any, rows_per_iteration: int, start_it
     metrics = MetricsWriter(spec.rank_dir, start_iteration=start_iteration, tensorboard="tensorboard" in loggers,
                             wandb=wandb_settings(spec) if "wandb" in loggers and spec.rank == 0 else None)
     progress = ProgressReport(spec.name("learner"), spec.rank, max_iterations, send)
-    return IterationLog(device, rows_per_iteration, max_iterations, metrics, NanGuard(spec.training.loop.nan_guard.enabled),
-                        progress)
+    guard = NanGuard(spec.training.loop.nan_guard.enabled)
+    return IterationLog(device, rows_per_iteration, max_iterations, metrics, guard, progress)
