@@ -1,8 +1,8 @@
 """Seconds from a `train` command to its first metrics row: cold (an empty kernel cache) and then warm (the
 cache the cold run filled), one run at a time, each alone on the machine.
 
-    python benchmarks/cold_start.py --out /tmp/session/cold_start.json -- --algo fastsac --task g1_walk_flat training.device=cuda:0
-    python benchmarks/cold_start.py --cache ~/.cache/unilab -- --algo flashsac --task g1_motion_tracking training.device=cuda:0
+    python benchmarks/cold_start.py --out /tmp/session/cold_start.json -- --algo fastsac --task g1_walk_flat training.run.device=cuda:0
+    python benchmarks/cold_start.py --cache ~/.cache/unilab -- --algo flashsac --task g1_motion_tracking training.run.device=cuda:0
 
 Each run is `python -m unilab.cli.train OVERRIDES algo.max_iterations=N` (no play, no loggers) in a scratch
 log directory, with UNILAB_CACHE_DIR pointing at the cache (a new empty one unless --cache names one: then
@@ -35,8 +35,8 @@ def timed_run(overrides: list[str], cache: Path, log_dir: Path, name: str, itera
               timeout_s: float) -> dict:
     """One training run: seconds to its first metrics row and to its end, and its phase lines with times."""
     cmd = [sys.executable, "-m", "unilab.cli.train", *overrides, f"algo.max_iterations={iterations}",
-           "training.no_play=true", "training.export_onnx=false", "training.logger=[]",
-           f"training.log_dir={log_dir}", f"training.run_name={name}"]
+           "training.outputs.no_play=true", "training.outputs.export_onnx=false", "training.outputs.logger=[]",
+           f"training.run.log_dir={log_dir}", f"training.run.run_name={name}"]
     env = {**os.environ, "UNILAB_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"}
     started = time.monotonic()
     phases: list[tuple[float, str]] = []

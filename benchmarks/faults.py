@@ -5,14 +5,14 @@ stopped. `bash benchmarks/gpu_session.sh faults` runs all three under a GPU's da
     python3 benchmarks/faults.py kill server --log-dir DIR -- TRAIN...
     python3 benchmarks/faults.py neighbours NAME_A NAME_B --log-dir DIR -- TRAIN...
 
-TRAIN is a whole `train` command (`train ...` or `python3 -m unilab.cli.train ...`) with its training.log_dir; each
+TRAIN is a whole `train` command (`train ...` or `python3 -m unilab.cli.train ...`) with its training.run.log_dir; each
 run is a job of unilab.jobs (its own process group, Ctrl-C here stops it), its console in DIR/RUN_NAME.log.
 
-kill: once the run (TRAIN's training.run_name) has 3 metrics rows, kill -9 of its learner (ranks[0].learner_pid of
+kill: once the run (TRAIN's training.run.run_name) has 3 metrics rows, kill -9 of its learner (ranks[0].learner_pid of
 its runtime_manifest.json) or of the MPS server (`get_server_list` of nvidia-cuda-mps-control); then the seconds
 from the kill to the launcher's exit, its exit status, and run_summary.json's cause and fix.
 
-neighbours: two runs side by side (TRAIN training.run_name=NAME_A, and NAME_B); once each has 3 metrics rows,
+neighbours: two runs side by side (TRAIN training.run.run_name=NAME_A, and NAME_B); once each has 3 metrics rows,
 SIGINT to A; when it has ended, B's rows must grow in the next 30 s; then SIGINT to B, and both summaries' status,
 cause and exit codes.
 
@@ -32,6 +32,7 @@ from pathlib import Path
 
 from unilab.exit_codes import EXIT_INTERRUPTED
 from unilab.jobs.runner import JobProcess, interrupts, read_summary
+from unilab.rundir.renamed import upgrade_overrides
 
 ROWS = 3  # the metrics rows a run has written before its fault
 GO_ON_S = 30.0  # how long the neighbour of a stopped run must keep writing rows
@@ -44,7 +45,7 @@ def _value(cmd: list[str], key: str) -> str | None:
 
 
 def _run_dir(cmd: list[str]) -> Path:
-    return Path(_value(cmd, "training.log_dir") or "runs") / (_value(cmd, "training.run_name") or "")
+    return Path(_value(cmd, "training.run.log_dir") or "runs") / (_value(cmd, "training.run.run_name") or "")
 
 
 def rows(run: Path) -> int:
@@ -104,10 +105,10 @@ def kill(victim: str, cmd: list[str], log_dir: Path) -> int:
 
 
 def neighbours(names: list[str], cmd: list[str], log_dir: Path) -> int:
-    (a, b), base = names, _value(cmd, "training.log_dir") or "runs"
+    (a, b), base = names, _value(cmd, "training.run.log_dir") or "runs"
     runs = {name: Path(base) / name for name in names}
-    with JobProcess([*cmd, f"training.run_name={a}"], log=log_dir / f"{a}.log") as job_a, \
-            JobProcess([*cmd, f"training.run_name={b}"], log=log_dir / f"{b}.log") as job_b:
+    with JobProcess([*cmd, f"training.run.run_name={a}"], log=log_dir / f"{a}.log") as job_a, \
+            JobProcess([*cmd, f"training.run.run_name={b}"], log=log_dir / f"{b}.log") as job_b:
         if not _until_rows({runs[a]: job_a, runs[b]: job_b}):
             print("a run ended before its third metrics row")
             return 1
@@ -140,10 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     cmd = argv[argv.index("--") + 1:] if "--" in argv else []  # the whole train command
     args = parser.parse_args(argv[:len(argv) - len(cmd) - 1] if "--" in argv else argv)
+    cmd = upgrade_overrides(cmd)  # old key spellings (training.run_name) read as today's
     if not cmd:
         parser.error("the train command goes after --")
-    if args.fault == "kill" and _value(cmd, "training.run_name") is None:
-        parser.error("kill: the train command needs its training.run_name")
+    if args.fault == "kill" and _value(cmd, "training.run.run_name") is None:
+        parser.error("kill: the train command needs its training.run.run_name")
     args.log_dir.mkdir(parents=True, exist_ok=True)
     try:
         with interrupts():  # Ctrl-C or SIGTERM here stops the runs (SIGINT to each, then a bounded end)

@@ -21,7 +21,7 @@
 #                                       longer than a device command: start it with `bg`, then `wait`
 #   ab --algo A --task T --envs N [--iters 200] [--devices 0,1] [--name X]
 #                                       plain runs (no preset), default vs MPS, under a raw daemon it starts and quits;
-#                                       --devices: data parallel over those GPUs (training.devices=[...])
+#                                       --devices: data parallel over those GPUs (training.run.devices=[...])
 #   env [--gpu G] [--tag X] ARGS...     python3 benchmarks/env_throughput.py ARGS (no MPS); --json defaults to
 #                                       DIR/env[_X][_eager].json
 #   alone [--gpu G] [--tag X] ARGS...   python3 benchmarks/roles_alone.py ARGS (no MPS); --json defaults to
@@ -31,7 +31,7 @@
 #                                       both roles flat out as clients of GPU G's daemon, then the coupled bound
 #   learn --algo A --task T --envs N --name X --seconds S [--segments K] [--execution mps] [--gpu G] [--keys "k ..."]
 #                                       a learning run, detached (setsid nohup): K segments of S s each, ended by
-#                                       SIGTERM through timeout and joined by training.resume, then `unilab plot`;
+#                                       SIGTERM through timeout and joined by training.run.resume, then `unilab plot`;
 #                                       call it once per run to put several side by side under one daemon
 #   batch SPEC --algo A --task T --envs N [--gpu G]
 #                                       learning runs side by side under GPU G's daemon (mps-start first), one `learn`
@@ -58,8 +58,10 @@
 #   wait [SECONDS]  (= learn --wait S)  follow the detached jobs until they end or SECONDS pass (default 500)
 #   collect                             DIR and the run folders (no checkpoints) -> $OUT/session.tgz
 #
-# --dry-run prints the commands instead of running them (TRAIN, UNILAB, PYTHON choose how they are spelled:
-# default `python3 -m unilab.cli.train`, `python3 -m unilab.cli.tools`, `python3`). DIR (--out, or
+# --dry-run prints the commands instead of running them (TRAIN, UNILAB, JOBS, PYTHON choose how they are spelled:
+# default `python3 -m unilab.cli.train`, `python3 -m unilab.cli.tools`, `python3 -m unilab.jobs`, `python3`).
+# gate, learn and ab start each `train` as a job of unilab's job runner (JOBS): its own session, its log, its
+# timeout, Ctrl-C or SIGTERM passed on to the run. DIR (--out, or
 # $SESSION_DIR) defaults to /tmp/session: logs, JSON, plots. Run folders: /tmp/gate/NAME, /tmp/learn/NAME,
 # /tmp/NAME (ab); LEARN_DIR moves /tmp/learn. A device command may run 10 minutes: start long work with `bg` or `learn`, then `wait`.
 # docs/history/performance.md ("What each set ran") lists what past sessions ran with these subcommands.
@@ -70,6 +72,7 @@ ME=benchmarks/$(basename "$SELF")  # how detached jobs call it again (from the r
 PYTHON=${PYTHON:-python3}
 read -r -a TRAIN_CMD <<< "${TRAIN:-$PYTHON -m unilab.cli.train}"
 read -r -a UNILAB_CMD <<< "${UNILAB:-$PYTHON -m unilab.cli.tools}"
+read -r -a JOBS_CMD <<< "${JOBS:-$PYTHON -m unilab.jobs}"
 export PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # NVLink multicast off
 RAW_PIPE=/tmp/mps/pipe RAW_LOG=/tmp/mps/log
@@ -103,6 +106,10 @@ run_log() {  # LOG CMD...: stdout and stderr to LOG, then its exit status
   local out=$1 rc; shift
   if [ "$DRY" = 1 ]; then echo "$(q "$@") > $(q "$out") 2>&1"; return 0; fi
   "$@" > "$out" 2>&1; rc=$?; echo "rc=$rc ($(basename "$out"))"; return $rc
+}
+job() {  # LOG [--timeout S] [--env KEY=VALUE]... -- CMD...: CMD as one job of the runner, its console to LOG
+  local out=$1; shift
+  run "${JOBS_CMD[@]}" --log "$out" "$@"
 }
 note() { [ "$DRY" = 1 ] || echo "$*"; }
 die() { echo "gpu_session.sh: $*" >&2; exit 2; }
@@ -202,12 +209,12 @@ cmd_mps_check() {  # the tool against the real binary: start, refuse a second st
   run "${UNILAB_CMD[@]}" mps start --gpu "$first"; note "second start on gpu $first (must refuse) rc=$?"
   run "${UNILAB_CMD[@]}" mps status
   run "${UNILAB_CMD[@]}" mps env --gpu "$last"
-  (use_daemon "$first"; run "${UNILAB_CMD[@]}" mps doctor +execution=mps training.device=cuda:0; note "doctor rc=$?")
+  (use_daemon "$first"; run "${UNILAB_CMD[@]}" mps doctor +execution=mps training.run.device=cuda:0; note "doctor rc=$?")
 }
 
 seed_overrides() {  # --seed S: that seed; --seeds K: seeds 1..K (the preset's sweep is 1,2)
-  if [ -n "$SEED" ]; then echo "training.seed=$SEED"
-  elif [ -n "$SEEDS" ] && [ "$SEEDS" != 2 ]; then echo "training.seed=$(seq -s, 1 "$SEEDS")"; fi
+  if [ -n "$SEED" ]; then echo "training.run.seed=$SEED"
+  elif [ -n "$SEEDS" ] && [ "$SEEDS" != 2 ]; then echo "training.run.seed=$(seq -s, 1 "$SEEDS")"; fi
 }
 
 case_threshold() {  # the gate's own threshold for this algorithm and task (unilab.bench.gate.CASES), 10 % for others
@@ -220,13 +227,13 @@ cmd_gate() {
   local name=${NAME:-${ALGO}_${TASK}} dir seeds
   dir=/tmp/gate/$name
   seeds=$(seed_overrides)
-  local args=(-m +execution=$ARMS +bench=offpolicy_gate --algo "$ALGO" --task "$TASK" training.device=cuda:0
-              task.num_envs="$ENVS" training.log_dir="$dir" $seeds "${OVERRIDES[@]}")
+  local args=(-m +execution=$ARMS +bench=offpolicy_gate --algo "$ALGO" --task "$TASK" training.run.device=cuda:0
+              task.num_envs="$ENVS" training.run.log_dir="$dir" $seeds "${OVERRIDES[@]}")
   log "gate $name: arms $ARMS, GPU $GPU"
   [[ ,$ARMS, == *,mps,* ]] && require_daemon "$GPU"
   note_dir "$dir"
   (if [[ ,$ARMS, == *,mps,* ]]; then use_daemon "$GPU"; else use_gpu "$GPU"; fi
-   run_log "$S/gate_$name.log" "${TRAIN_CMD[@]}" "${args[@]}")
+   job "$S/gate_$name.log" -- "${TRAIN_CMD[@]}" "${args[@]}")
   if [[ $ARMS == *,* ]]; then
     [ -n "$THRESHOLD" ] || THRESHOLD=$(case_threshold "$ALGO" "$TASK")
     run_log "$S/gate_$name.txt" "${UNILAB_CMD[@]}" bench compare "$dir" --threshold-pct "$THRESHOLD" --plot "$S/gate_$name.png"
@@ -237,11 +244,12 @@ cmd_gate() {
       echo "$(q "${UNILAB_CMD[@]}" config diff) RUN_DEFAULT RUN_MPS > $(q "$S/gate_${name}_diff.txt") 2>&1  # one seed's two runs in $dir"
     else
       local pair; pair=$("$PYTHON" - "$dir" <<'PY'
-import json, pathlib, sys
+import pathlib, sys
+from unilab.rundir.run_config import load_run_config
 runs = {}
 for cfg in sorted(pathlib.Path(sys.argv[1]).glob("*/run_config.json")):
-    t = json.loads(cfg.read_text())["training"]
-    runs.setdefault(t["seed"], {})[t["cuda_process_sharing"] or "default"] = str(cfg.parent)
+    t = load_run_config(cfg)["training"]
+    runs.setdefault(t["run"]["seed"], {})[t["mps"]["cuda_process_sharing"] or "default"] = str(cfg.parent)
 both = [arms for _, arms in sorted(runs.items()) if len(arms) == 2]
 print(" ".join(sorted(both[0].values(), key=lambda d: d != both[0].get("default"))) if both else "")
 PY
@@ -263,7 +271,7 @@ extract_runs() {  # DIR NAME: `unilab bench extract` of every run in DIR
   for d in "$1"/*/; do
     d=${d%/}
     [ -f "$d/run_config.json" ] || continue
-    "$PYTHON" -c "import json, sys; t = json.load(open(sys.argv[1]))['training']; print(sys.argv[2], 'seed', t['seed'], 'threads', t['mps_active_thread_percentage'], 'priority', t['mps_client_priority'])" "$d/run_config.json" "$(basename "$d")"
+    "$PYTHON" -c "import sys; from unilab.rundir.run_config import load_run_config; t = load_run_config(sys.argv[1])['training']; print(sys.argv[2], 'seed', t['run']['seed'], 'threads', t['mps']['mps_active_thread_percentage'], 'priority', t['mps']['mps_client_priority'])" "$d/run_config.json" "$(basename "$d")"
     "${UNILAB_CMD[@]}" bench extract "$d" > "$S/${2}_$(basename "$d").txt" 2>&1
     grep -E "iteration_ms|env_steps_per_s|learner_train_ms|collector_env_step_ms" "$S/${2}_$(basename "$d").txt"
   done
@@ -281,19 +289,19 @@ cmd_matrix() {  # `unilab bench gate` under GPU G's daemon (device 0 = GPU G); i
   [ "$DRY" = 1 ] || tail -25 "$S/matrix${NAME:+_$NAME}.log"
 }
 
-cmd_ab() {  # plain runs, default vs MPS, both under one raw daemon (training.block_ambient_mps keeps the default arm off it)
+cmd_ab() {  # plain runs, default vs MPS, both under one raw daemon (training.mps.block_ambient_mps keeps the default arm off it)
   need ALGO TASK ENVS
   local name=${NAME:-${ALGO}_${TASK}_${ENVS}} mode device
-  if [ -n "$DEVICES" ]; then device="training.devices=[$DEVICES]"; else device=training.device=cuda:0; fi
+  if [ -n "$DEVICES" ]; then device="training.run.devices=[$DEVICES]"; else device=training.run.device=cuda:0; fi
   note_dir /tmp/"$name"
   (if [ -n "$DEVICES" ]; then :; else use_gpu "$GPU"; fi
    RAW=1 cmd_mps_start
    for mode in default mps; do
      log "ab $name: $mode"
-     run_log "$S/${name}_$mode.log" env CUDA_MPS_PIPE_DIRECTORY=$RAW_PIPE CUDA_MPS_LOG_DIRECTORY=$RAW_LOG \
-       timeout 600 "${TRAIN_CMD[@]}" --algo "$ALGO" --task "$TASK" "$device" task.num_envs="$ENVS" \
-       algo.max_iterations="$ITERS" algo.save_interval=100000 training.log_dir=/tmp/"$name" training.run_name="${name}_$mode" \
-       training.block_ambient_mps=true +execution=$mode "${OVERRIDES[@]}"
+     job "$S/${name}_$mode.log" --timeout 600 --env CUDA_MPS_PIPE_DIRECTORY=$RAW_PIPE \
+       --env CUDA_MPS_LOG_DIRECTORY=$RAW_LOG -- "${TRAIN_CMD[@]}" --algo "$ALGO" --task "$TASK" "$device" task.num_envs="$ENVS" \
+       algo.max_iterations="$ITERS" algo.save_interval=100000 training.run.log_dir=/tmp/"$name" training.run.run_name="${name}_$mode" \
+       training.mps.block_ambient_mps=true +execution=$mode "${OVERRIDES[@]}"
      [ "$DRY" = 1 ] || tail -2 "$S/${name}_$mode.log"
    done
    RAW=1 cmd_mps_stop)
@@ -386,14 +394,14 @@ cmd_learn() {
     [ "$DRY" = 1 ] || return 0
   fi
   local dir=$LEARN_DIR k
-  local args=(--algo "$ALGO" --task "$TASK" training.device=cuda:0 task.num_envs="$ENVS" algo.max_iterations=10000000
-              algo.save_interval=1000 training.log_dir=$dir +execution="$EXECUTION" "${OVERRIDES[@]}")
+  local args=(--algo "$ALGO" --task "$TASK" training.run.device=cuda:0 task.num_envs="$ENVS" algo.max_iterations=10000000
+              algo.save_interval=1000 training.run.log_dir=$dir +execution="$EXECUTION" "${OVERRIDES[@]}")
   note_dir "$dir/$NAME"
   log "learning run $NAME: $ALGO $TASK, $ENVS envs, $EXECUTION, GPU $GPU, $SEGMENTS x $SECONDS_ s"
   (if [ "$EXECUTION" = mps ]; then use_daemon "$GPU"; else use_gpu "$GPU"; fi
    for ((k = 1; k <= SEGMENTS; k++)); do
-     if [ "$k" = 1 ]; then last=training.run_name=$NAME; else last=training.resume=$dir/$NAME; fi
-     run_log "$S/learn_${NAME}_$k.log" timeout -s TERM "$SECONDS_" "${TRAIN_CMD[@]}" "${args[@]}" "$last"
+     if [ "$k" = 1 ]; then last=training.run.run_name=$NAME; else last=training.run.resume=$dir/$NAME; fi
+     job "$S/learn_${NAME}_$k.log" --timeout "$SECONDS_" -- "${TRAIN_CMD[@]}" "${args[@]}" "$last"
    done)
   run "${UNILAB_CMD[@]}" plot "$dir/$NAME" --out "$S/learn_$NAME.png" --metric ${KEYS:-$(default_keys "$TASK")}
 }
@@ -401,8 +409,8 @@ cmd_learn() {
 cmd_soak() {
   need ALGO TASK ENVS SECONDS_
   local name=${NAME:-soak_${ALGO}_${TASK}_${ENVS}} dir=/tmp/soak
-  local args=(--algo "$ALGO" --task "$TASK" training.device=cuda:0 task.num_envs="$ENVS" algo.max_iterations=10000000
-              training.log_dir=$dir training.run_name="$name" +execution="$EXECUTION" "${OVERRIDES[@]}")
+  local args=(--algo "$ALGO" --task "$TASK" training.run.device=cuda:0 task.num_envs="$ENVS" algo.max_iterations=10000000
+              training.run.log_dir=$dir training.run.run_name="$name" +execution="$EXECUTION" "${OVERRIDES[@]}")
   [ "$EXECUTION" = mps ] && require_daemon "$GPU"
   note_dir "$dir/$name"
   log "soak $name: $ALGO $TASK, $ENVS envs, $EXECUTION, GPU $GPU, $SECONDS_ s, a sample every $INTERVAL s"
@@ -469,8 +477,8 @@ cmd_evals() {  # [--gpu G] [--envs-per-clip K] [NAME ...]: evaluate learning run
 
 fault_run() {  # VICTIM (learner | server): a run under GPU G's daemon, kill -9 of VICTIM once metrics flow
   local victim=$1 name=faults_$1 dir=/tmp/faults
-  local args=(--algo "$ALGO" --task "$TASK" training.device=cuda:0 task.num_envs="$ENVS" algo.max_iterations=10000000
-              training.log_dir=$dir training.run_name="$name" +execution=mps "${OVERRIDES[@]}")
+  local args=(--algo "$ALGO" --task "$TASK" training.run.device=cuda:0 task.num_envs="$ENVS" algo.max_iterations=10000000
+              training.run.log_dir=$dir training.run.run_name="$name" +execution=mps "${OVERRIDES[@]}")
   note_dir "$dir/$name"
   log "faults: kill -9 of the $victim mid-run ($ALGO $TASK, $ENVS envs, GPU $GPU's daemon)"
   run rm -rf "$dir/$name"
@@ -479,8 +487,8 @@ fault_run() {  # VICTIM (learner | server): a run under GPU G's daemon, kill -9 
 
 neighbour_stop() {  # two runs side by side under GPU G's daemon; SIGINT to the first; the second must go on
   local dir=/tmp/faults a=faults_stop_a b=faults_stop_b
-  local args=(--algo "$ALGO" --task "$TASK" training.device=cuda:0 task.num_envs="$ENVS" algo.max_iterations=10000000
-              training.log_dir=$dir +execution=mps "${OVERRIDES[@]}")
+  local args=(--algo "$ALGO" --task "$TASK" training.run.device=cuda:0 task.num_envs="$ENVS" algo.max_iterations=10000000
+              training.run.log_dir=$dir +execution=mps "${OVERRIDES[@]}")
   note_dir "$dir/$a"; note_dir "$dir/$b"
   log "faults: SIGINT to one of two runs side by side under GPU $GPU's daemon; the other must go on"
   run rm -rf "$dir/$a" "$dir/$b"

@@ -9,7 +9,7 @@ start), then three arms, each one `train -m` over the seeds with the same overri
 
   sequential         +execution=mps, the basic launcher: one run at a time
   packed_mps         +execution=mps, hydra/launcher=unilab_packed with max_parallel = the number of seeds
-  packed_timesliced  +execution=default training.block_ambient_mps=true, packed the same way: no run is an MPS
+  packed_timesliced  +execution=default training.mps.block_ambient_mps=true, packed the same way: no run is an MPS
                      client, the driver time-slices their CUDA contexts
 
 The MPS arms need a daemon for the GPU (`unilab mps start`, then `eval "$(unilab mps env)"`); without one they are
@@ -31,11 +31,11 @@ from pathlib import Path
 from unilab.exit_codes import EXIT_INTERRUPTED
 from unilab.jobs.runner import JobProcess, interrupts, read_summary
 
-DEFAULT_TRAIN = ["--algo", "fastsac", "--task", "g1_walk_flat", "task.num_envs=1024", "training.device=cuda:0"]
+DEFAULT_TRAIN = ["--algo", "fastsac", "--task", "g1_walk_flat", "task.num_envs=1024", "training.run.device=cuda:0"]
 ARMS = {
     "sequential": ["+execution=mps"],
     "packed_mps": ["+execution=mps", "hydra/launcher=unilab_packed"],
-    "packed_timesliced": ["+execution=default", "training.block_ambient_mps=true", "hydra/launcher=unilab_packed"],
+    "packed_timesliced": ["+execution=default", "training.mps.block_ambient_mps=true", "hydra/launcher=unilab_packed"],
 }
 TRAIN = [sys.executable, "-m", "unilab.cli.train"]
 WARMUP = [sys.executable, "-m", "unilab.cli.tools", "warmup"]
@@ -44,13 +44,13 @@ SWEEP_STOP_GRACE_S = 300.0  # a stopped sweep ends its runs (a packed one waits 
 
 def commands(out: Path, seeds: list[int], iterations: int, train_args: list[str]) -> dict[str, list[str]]:
     """The warm-up's and each arm's command line."""
-    same = [*train_args, f"algo.max_iterations={iterations}", "algo.save_interval=100000000", "training.no_play=true",
-            "training.logger=[]"]  # no checkpoint, play or logger I/O inside the timed runs
+    same = [*train_args, f"algo.max_iterations={iterations}", "algo.save_interval=100000000",
+            "training.outputs.no_play=true", "training.outputs.logger=[]"]  # no checkpoint, play or logger I/O inside the timed runs
     cmds = {"warmup": [*WARMUP, *train_args]}  # the same kernels in every mode: no daemon needed
     for arm, mode in ARMS.items():
         packed = [f"hydra.launcher.max_parallel={len(seeds)}"] if "hydra/launcher=unilab_packed" in mode else []
-        cmds[arm] = [*TRAIN, "-m", *same, *mode, *packed, "training.seed=" + ",".join(map(str, seeds)),
-                     f"training.log_dir={out / arm}"]
+        cmds[arm] = [*TRAIN, "-m", *same, *mode, *packed, "training.run.seed=" + ",".join(map(str, seeds)),
+                     f"training.run.log_dir={out / arm}"]
     return cmds
 
 

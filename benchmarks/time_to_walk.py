@@ -6,8 +6,8 @@ wall-clock budget, then its checkpoints evaluated with `unilab eval` against the
     python benchmarks/time_to_walk.py --seconds 178 --seeds 1 2 --out /tmp/ttw/flashsac \
         -- --algo flashsac --task g1_walk_flat +execution=mps
 
-Each run: `python -m unilab.cli.train OVERRIDES training.seed=S algo.max_iterations=10000000
-algo.save_interval=K training.keep_checkpoints=null` (every checkpoint kept for the evaluation; no play,
+Each run: `python -m unilab.cli.train OVERRIDES training.run.seed=S algo.max_iterations=10000000
+algo.save_interval=K training.outputs.keep_checkpoints=null` (every checkpoint kept for the evaluation; no play,
 no loggers), with UNILAB_CACHE_DIR a new empty folder (a cold start:
 Warp, Inductor and Triton compile everything; `--warm DIR` uses DIR instead), SIGTERM after `--seconds`
 (the run saves a last checkpoint and ends). The runs go one after the other, so each has the GPU alone.
@@ -79,9 +79,10 @@ def checkpoint_times(run: Path, started_wall: float) -> list[dict]:
 
 def timed_run(overrides: list[str], seed: int, out: Path, cache: Path, seconds: float, save_interval: int) -> dict:
     name = f"seed{seed}"
-    cmd = [*TRAIN, *overrides, f"training.seed={seed}",
-           "algo.max_iterations=10000000", f"algo.save_interval={save_interval}", "training.keep_checkpoints=null",
-           "training.no_play=true", "training.logger=[]", f"training.log_dir={out}", f"training.run_name={name}"]
+    cmd = [*TRAIN, *overrides, f"training.run.seed={seed}",
+           "algo.max_iterations=10000000", f"algo.save_interval={save_interval}",
+           "training.outputs.keep_checkpoints=null", "training.outputs.no_play=true", "training.outputs.logger=[]",
+           f"training.run.log_dir={out}", f"training.run.run_name={name}"]
     options = child_options(out, {"UNILAB_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"})
     started_wall, started = time.time(), time.monotonic()
     first_row = None

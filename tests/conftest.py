@@ -16,8 +16,8 @@ from unilab.mps import HostFacts
 # directory, not the user's ~/.cache/unilab: shared by the xdist workers, their children and later sessions.
 os.environ.setdefault("UNILAB_CACHE_DIR", str(Path(tempfile.gettempdir()) / f"unilab-test-cache-{os.getuid()}"))
 
-SMOKE_WALK = ["+preset=cpu_smoke", "task.num_envs=8", "training.logger=[]", "algo.max_iterations=6",
-              "algo.save_interval=3", "training.no_play=true"]  # play is tested in test_runtime.py
+SMOKE_WALK = ["+preset=cpu_smoke", "task.num_envs=8", "training.outputs.logger=[]", "algo.max_iterations=6",
+              "algo.save_interval=3", "training.outputs.no_play=true"]  # play is tested in test_runtime.py
 
 
 @pytest.fixture(scope="session")
@@ -29,8 +29,8 @@ def walk_run(tmp_path_factory):
     import sys
 
     log_dir = tmp_path_factory.mktemp("walk_runs")
-    cmd = [sys.executable, "-m", "unilab.cli.train", *SMOKE_WALK, f"training.log_dir={log_dir}", "training.run_name=walk",
-           "training.export_onnx=true"]  # policy.onnx at the end, for tests/test_export.py
+    cmd = [sys.executable, "-m", "unilab.cli.train", *SMOKE_WALK, f"training.run.log_dir={log_dir}", "training.run.run_name=walk",
+           "training.outputs.export_onnx=true"]  # policy.onnx at the end, for tests/test_export.py
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return log_dir / "walk"

@@ -1,5 +1,5 @@
 """A fake `train` for unilab.jobs' tests: `python tests/fake_job.py RUN_DIR [options]`, or with
-`training.log_dir=D training.run_name=N` among its words `python tests/fake_job.py [options] OVERRIDES` (RUN_DIR is
+`training.run.log_dir=D training.run.run_name=N` among its words `python tests/fake_job.py [options] OVERRIDES` (RUN_DIR is
 then D/N, as `train` names it).
 
 It makes RUN_DIR, starts a child of its own in its process group (as the launcher starts a learner) unless
@@ -27,8 +27,8 @@ from pathlib import Path
 
 def main() -> None:
     args = sys.argv[1:]
-    named = dict(word.split("=", 1) for word in args if word.startswith(("training.log_dir=", "training.run_name=")))
-    run = Path(named["training.log_dir"], named["training.run_name"]) if len(named) == 2 else Path(args.pop(0))
+    named = dict(word.split("=", 1) for word in args if word.startswith(("training.run.log_dir=", "training.run.run_name=")))
+    run = Path(named["training.run.log_dir"], named["training.run.run_name"]) if len(named) == 2 else Path(args.pop(0))
     run.mkdir(parents=True, exist_ok=True)
 
     def record(signum, _frame):

@@ -63,8 +63,8 @@ def make_run(root: Path, name: str, *, mode: str | None, sps: float, seed: int =
     (run / "run_config.json").write_text(json.dumps(
         {"algo": {"name": algo, "max_iterations": ITERATIONS}, "task": {"name": task, "num_envs": num_envs},
          "sim": {"backend": "mjwarp"},
-         "training": {"cuda_process_sharing": mode, "seed": seed, "run_name": name, "log_dir": str(root),
-                      "block_ambient_mps": blocked}}))
+         "training": {"run": {"seed": seed, "run_name": name, "log_dir": str(root)},
+                      "mps": {"cuda_process_sharing": mode, "block_ambient_mps": blocked}}}))
     return run
 
 
@@ -93,14 +93,14 @@ def fake_train(argv: list[str], env: dict[str, str]) -> int:
     if spec.get("calls"):
         with open(spec["calls"], "a") as f:
             f.write(json.dumps({"argv": argv, "mps_pipe": env.get("CUDA_MPS_PIPE_DIRECTORY")}) + "\n")
-    case, arm, seed = f"{o['algo']}_{o['task']}", o["execution"], int(o["training.seed"])
+    case, arm, seed = f"{o['algo']}_{o['task']}", o["execution"], int(o["training.run.seed"])
     outcome = spec.get("outcome", {}).get(f"{case}/{arm}/{seed}", "completed")
     if outcome == "refused":
         return STATUS_CODE["refused"]
     if outcome == "wait":
         stopped = []
         signal.signal(signal.SIGINT, lambda *_: stopped.append(1))
-        marker = Path(o["training.log_dir"]) / f"{o['training.run_name']}.waiting"
+        marker = Path(o["training.run.log_dir"]) / f"{o['training.run.run_name']}.waiting"
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text("waiting")
         while not stopped:
@@ -108,7 +108,7 @@ def fake_train(argv: list[str], env: dict[str, str]) -> int:
         outcome = "interrupted"
     sps = spec.get("sps", {}).get(case, [50_000, 62_000])[arm == "mps"]
     mode = "mps" if arm == "mps" else None
-    make_run(Path(o["training.log_dir"]), o["training.run_name"], mode=mode, sps=sps, seed=seed,
+    make_run(Path(o["training.run.log_dir"]), o["training.run.run_name"], mode=mode, sps=sps, seed=seed,
              rows=int(o["algo.max_iterations"]), status=outcome, algo=o["algo"], task=o["task"],
              num_envs=int(o["task.num_envs"]), blocked=True,
              effective=mode if env.get("CUDA_MPS_PIPE_DIRECTORY") else None)

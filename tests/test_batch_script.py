@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("ti
 FAKE_TRAIN = textwrap.dedent("""
     import json, os, sys, time
     args = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a and not a.startswith("-"))
-    run = os.path.join(args["training.log_dir"], args["training.run_name"])
+    run = os.path.join(args["training.run.log_dir"], args["training.run.run_name"])
     os.makedirs(run, exist_ok=True)
     with open(os.path.join(run, "argv.json"), "w") as f:
         json.dump(sys.argv[1:], f)
@@ -86,7 +86,7 @@ def test_runs_stop_at_their_times_and_the_summary_counts_rows_after_a_neighbours
     assert "fault" not in out
     argv = json.loads((session.path / "learn" / "long" / "argv.json").read_text())
     assert argv[-4:] == ["task.rewards.weights.termination=-100", "task.motion_file=/lifted/a.npz",
-                         "task.per_joint_gain=4", "training.run_name=long"]
+                         "task.per_joint_gain=4", "training.run.run_name=long"]
     assert "+execution=mps" in argv and "task.num_envs=64" in argv
     curve = (session.path / "s" / "curves" / "long" / "metrics.jsonl").read_text().splitlines()
     full = (session.path / "learn" / "long" / "metrics.jsonl").read_text().splitlines()

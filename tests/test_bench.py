@@ -157,7 +157,7 @@ def test_compare_flags_a_baseline_that_reached_a_daemon(tmp_path, capsys):
 
 
 def test_compare_accepts_a_baseline_that_blocked_the_daemon(tmp_path, capsys):
-    """training.block_ambient_mps (the gate preset): a reachable daemon does not taint the baseline, as long
+    """training.mps.block_ambient_mps (the gate preset): a reachable daemon does not taint the baseline, as long
     as the launcher found neither child among its clients (effective stays null)."""
     # the preset sets it for both arms (the MPS arm ignores it): configs differ only in the mode
     runs = [make_run(tmp_path, "base1", mode=None, sps=50_000, seed=1, daemon_reachable=True, blocked=True),
@@ -214,16 +214,16 @@ def launch_spy(monkeypatch):
 def test_gate_preset_sweeps_two_arms_times_two_seeds(tmp_path, launch_spy, fake_host):
     log_dir = tmp_path / "runs"
     try:
-        train_main(["-m", "+execution=default,mps", "+bench=offpolicy_gate", f"training.log_dir={log_dir}"])
+        train_main(["-m", "+execution=default,mps", "+bench=offpolicy_gate", f"training.run.log_dir={log_dir}"])
     except SystemExit as exc:
         assert not exc.code
     assert len(launch_spy) == 4
     configs = [json.loads((run / "run_config.json").read_text()) for run in launch_spy]
-    jobs = sorted((str(c["training"]["cuda_process_sharing"]), c["training"]["seed"]) for c in configs)
+    jobs = sorted((str(c["training"]["mps"]["cuda_process_sharing"]), c["training"]["run"]["seed"]) for c in configs)
     assert jobs == [("None", 1), ("None", 2), ("mps", 1), ("mps", 2)]
     for c in configs:
         assert c["algo"]["max_iterations"] == 300 and c["algo"]["save_interval"] == 100000
-        assert c["training"]["no_play"] is True and c["training"]["export_onnx"] is False
+        assert c["training"]["outputs"]["no_play"] is True and c["training"]["outputs"]["export_onnx"] is False
 
 
 def test_gate_preset_composes_per_arm():
@@ -236,8 +236,8 @@ def test_gate_preset_composes_per_arm():
         cfg = compose(config_name="train", overrides=["+execution=mps", "+bench=offpolicy_gate"],
                       return_hydra_config=True)
     assert cfg.algo.max_iterations == 300 and cfg.algo.save_interval == 100000
-    assert cfg.training.cuda_process_sharing.value == "mps"
-    assert dict(cfg.hydra.sweeper.params) == {"training.seed": "1,2"}
+    assert cfg.training.mps.cuda_process_sharing.value == "mps"
+    assert dict(cfg.hydra.sweeper.params) == {"training.run.seed": "1,2"}
 
 
 def test_compare_refuses_a_verdict_without_both_arms(tmp_path, capsys):

@@ -71,11 +71,11 @@ def test_dry_run_lists_the_matrix_and_creates_nothing(tmp_path, monkeypatch, cap
         words = line.split()
         arm = next(w for w in words if w.startswith("+execution=")).split("=")[1]
         algo, task = words[words.index("--algo") + 1], words[words.index("--task") + 1]
-        seed = next(w for w in words if w.startswith("training.seed=")).split("=")[1]
+        seed = next(w for w in words if w.startswith("training.run.seed=")).split("=")[1]
         seen.add((algo, task, arm, seed))
-        assert "+bench=offpolicy_gate" in words and "training.device=cuda:0" in words
+        assert "+bench=offpolicy_gate" in words and "training.run.device=cuda:0" in words
         assert "task.num_envs=2048" in words and "algo.max_iterations=300" in words
-        assert f"training.log_dir={Path('runs', 'gate')}" in line and f"training.run_name={arm}_seed-{seed}" in words
+        assert f"training.run.log_dir={Path('runs', 'gate')}" in line and f"training.run.run_name={arm}_seed-{seed}" in words
     assert seen == {(a, t, arm, s) for a, t in (("fastsac", "g1_walk_flat"), ("flashsac", "g1_motion_tracking"),
                                                 ("warpsac", "g1_walk_flat"))
                     for arm in ("default", "mps") for s in ("1", "2")}
@@ -88,13 +88,13 @@ def test_dry_run_applies_the_options(tmp_path, capsys):
     out_dir = tmp_path / "g"
     assert bench_gate("--dry-run", "--cases", WALK, "--iterations", "400", "--repeats", "3", "--envs", "4096",
                       "--threshold", f"{WALK}=30", "--device", "cuda:1", "--out", out_dir, "--",
-                      "training.update_before_ingest=false") == 0
+                      "training.loop.update_before_ingest=false") == 0
     out = capsys.readouterr().out
     commands = [line for line in out.splitlines() if "unilab.cli.train -m" in line]
     assert len(commands) == 6 and not out_dir.exists()
-    assert all("task.num_envs=4096 algo.max_iterations=400" in c and "training.device=cuda:1" in c
-               and c.endswith("training.update_before_ingest=false") for c in commands)
-    assert "training.seed=3" in commands[-1] and "+execution=mps" in commands[-1]
+    assert all("task.num_envs=4096 algo.max_iterations=400" in c and "training.run.device=cuda:1" in c
+               and c.endswith("training.loop.update_before_ingest=false") for c in commands)
+    assert "training.run.seed=3" in commands[-1] and "+execution=mps" in commands[-1]
     assert "threshold +30 %, 4096 envs" in out
 
 
@@ -124,7 +124,8 @@ def test_a_window_that_does_not_fit_is_refused_even_when_short_is_allowed(tmp_pa
     (["--threshold", "nope=5"], "'nope' is not a case of this gate"),
     (["--envs", f"{WALK}=many"], "'many' is not a number"),
     (["--device", "cpu"], "needs a CUDA device"),
-    (["--", "training.seed=3"], "use --repeats"),
+    (["--", "training.run.seed=3"], "use --repeats"),
+    (["--", "training.seed=3"], "use --repeats"),  # its old spelling (unilab.rundir.renamed) too
     (["--", "task.num_envs=64"], "use --envs"),
     (["--", "--multirun"], "only train overrides KEY=VALUE"),
     (["--out", "/tmp/no,such,gate"], "choose a plainer path"),
@@ -304,8 +305,8 @@ def test_the_jobs_are_train_subprocesses_with_the_gate_overrides(tool, tmp_path,
     assert [c["argv"][:2] for c in calls] == [["-m", "+execution=default"], ["-m", "+execution=mps"]] * 2
     first = calls[0]["argv"]
     assert first == ["-m", "+execution=default", "+bench=offpolicy_gate", "--algo", "flashsac", "--task",
-                     "g1_motion_tracking", "training.device=cuda:0", "task.num_envs=512", "algo.max_iterations=300",
-                     "training.seed=1", f"training.log_dir={out / TRACK}", "training.run_name=default_seed-1",
+                     "g1_motion_tracking", "training.run.device=cuda:0", "task.num_envs=512", "algo.max_iterations=300",
+                     "training.run.seed=1", f"training.run.log_dir={out / TRACK}", "training.run.run_name=default_seed-1",
                      "sim.iterations=6"]
     assert [c["mps_pipe"] is not None for c in calls] == [False, True, False, True]
     logs = sorted(p.name for p in (out / "logs").iterdir())
@@ -370,7 +371,7 @@ def test_the_real_train_accepts_the_gate_commands(tmp_path, capsys, case, fake_h
     from train_calls import run_train
 
     cases = gate.select_cases([case], [], [])
-    plan = gate.plan_jobs(cases, gate.Shape(), "cuda:0", tmp_path / "g", ["training.update_before_ingest=false"])
+    plan = gate.plan_jobs(cases, gate.Shape(), "cuda:0", tmp_path / "g", ["training.loop.update_before_ingest=false"])
     for job in plan.jobs[:2]:
         assert run_train(*job.argv[len(gate.TRAIN):], "--dry-run") == 0
         out = capsys.readouterr().out

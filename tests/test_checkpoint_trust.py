@@ -27,7 +27,7 @@ class RunsACommand:
 def planted(tmp_path, spies):
     """(run, the crafted checkpoint in it as its latest, the file the checkpoint's command would create)."""
     log_dir = tmp_path / "runs"
-    assert run_train("+preset=cpu_smoke", f"training.log_dir={log_dir}", "training.run_name=r") == 0
+    assert run_train("+preset=cpu_smoke", f"training.run.log_dir={log_dir}", "training.run.run_name=r") == 0
     run = log_dir / "r"
     marker = tmp_path / "ran"
     (run / "checkpoints").mkdir()
@@ -42,8 +42,8 @@ def test_a_checkpoint_that_would_run_code_is_refused_everywhere(planted, spies, 
     run, crafted, marker = planted
     before = tree_digest(run, contents_of_lock=False)
     entry_points = {
-        "train resume": lambda: run_train("+preset=cpu_smoke", f"training.log_dir={run.parent}",
-                                          f"training.resume={run}"),
+        "train resume": lambda: run_train("+preset=cpu_smoke", f"training.run.log_dir={run.parent}",
+                                          f"training.run.resume={run}"),
         "play": lambda: tools_main(["play", str(run), "--checkpoint", str(crafted), "--device", "cpu"]),
         "eval": lambda: tools_main(["eval", str(run), "--checkpoint", str(crafted), "--device", "cpu"]),
         "export": lambda: tools_main(["export", str(run), "--checkpoint", str(crafted)]),
@@ -67,7 +67,7 @@ def test_a_resume_does_not_step_over_a_crafted_latest_checkpoint(planted, capsys
     save_checkpoint(run, 10, 160, {})
     (run / "checkpoints" / "latest.pt").unlink()  # latest back at the crafted iteration 20
     (run / "checkpoints" / "latest.pt").symlink_to(crafted.name)
-    assert run_train("+preset=cpu_smoke", f"training.log_dir={run.parent}", f"training.resume={run}") == 2
+    assert run_train("+preset=cpu_smoke", f"training.run.log_dir={run.parent}", f"training.run.resume={run}") == 2
     assert "refused: it names the Python global posix.system" in capsys.readouterr().err
     assert not marker.exists() and not (run / "segments").exists()
 
@@ -109,7 +109,7 @@ def test_a_latest_link_that_leads_to_another_run_is_not_followed(tmp_path, spies
 
     log_dir = tmp_path / "runs"
     for name in ("mine", "other"):
-        assert run_train("+preset=cpu_smoke", f"training.log_dir={log_dir}", f"training.run_name={name}") == 0
+        assert run_train("+preset=cpu_smoke", f"training.run.log_dir={log_dir}", f"training.run.run_name={name}") == 0
         save_checkpoint(log_dir / name, 10, 160, {})
     mine, other = log_dir / "mine", log_dir / "other"
     (mine / "checkpoints" / "latest.pt").unlink()
@@ -117,7 +117,7 @@ def test_a_latest_link_that_leads_to_another_run_is_not_followed(tmp_path, spies
     spies[0].calls.clear()
     before = {run: tree_digest(run, contents_of_lock=False) for run in (mine, other)}
     calls = {
-        "train resume": lambda: run_train("+preset=cpu_smoke", f"training.log_dir={log_dir}", f"training.resume={mine}"),
+        "train resume": lambda: run_train("+preset=cpu_smoke", f"training.run.log_dir={log_dir}", f"training.run.resume={mine}"),
         "play": lambda: tools_main(["play", str(mine), "--device", "cpu"]),
         "eval": lambda: tools_main(["eval", str(mine), "--device", "cpu"]),
         "export": lambda: tools_main(["export", str(mine)]),

@@ -24,6 +24,7 @@ from fakes import GPU_A, FakeNvml
 from train_calls import run_train
 from unilab.cli.train import CONF_DIR
 from unilab.config import RequestError, TrainingConfig, register_configs, register_resolvers
+from unilab.config.schema import OutputSettings, RunSettings
 from unilab.mps import CudaProcessSharingError, Prerequisite
 
 TYPO = "+training.stall_timeot_s=5"
@@ -50,7 +51,7 @@ def composed(*overrides: str):
 
 
 def test_cfg_job_refuses_mps_on_a_host_without_a_driver(no_driver, capsys):
-    assert run_train("--cfg", "job", "training.device=cuda:0", "+execution=mps") == 2
+    assert run_train("--cfg", "job", "training.run.device=cuda:0", "+execution=mps") == 2
     out, err = capsys.readouterr()
     assert out == ""  # nothing printed as if it would run
     assert "nvml_available" in err and "fix:" in err and "Traceback" not in err
@@ -77,13 +78,13 @@ def test_cfg_hydra_and_all_are_validated_too(cfg_type, capsys):
 
 
 def test_cfg_job_prints_the_evidence_a_valid_mps_request_would_record(fake_host, daemon, capsys):
-    assert run_train("--cfg", "job", "training.device=cuda:0", "+execution=mps") == 0
+    assert run_train("--cfg", "job", "training.run.device=cuda:0", "+execution=mps") == 0
     out = capsys.readouterr().out
     printed = yaml.safe_load(out)
     evidence = printed["execution_evidence"]
     assert evidence["configured"] == "mps" and evidence["validated"] is True and evidence["effective"] is None
     assert evidence["gpu_uuid"] == GPU_A.uuid and evidence["control_pipe"] == str(daemon.control)
-    assert printed["training"]["cuda_process_sharing"] == "mps" and printed["algo"]["name"] == "fastsac"
+    assert printed["training"]["mps"]["cuda_process_sharing"] == "mps" and printed["algo"]["name"] == "fastsac"
     assert "# execution_evidence: what runtime_manifest.json records" in out
 
 
@@ -91,7 +92,7 @@ def test_cfg_job_honours_package_and_resolve(capsys):
     assert run_train("--cfg", "job", "--package", "training", "--resolve", "+preset=cpu_smoke") == 0
     out = capsys.readouterr().out
     assert out.startswith("# @package training\n")
-    assert yaml.safe_load(out)["device"] == "cpu"
+    assert yaml.safe_load(out)["run"]["device"] == "cpu"
     assert run_train("--cfg", "job", "-p", "training.no_such_node", "+preset=cpu_smoke") == 1
     assert "not found" in capsys.readouterr().err
 
@@ -116,8 +117,8 @@ def test_the_console_script_refuses_cfg_job(tmp_path):
 
 def test_a_sweep_with_an_mps_job_the_host_cannot_honour_launches_nothing(tmp_path, spies, no_driver, capsys):
     log_dir = tmp_path / "runs"
-    assert run_train("-m", "+execution=default,mps", "training.device=cpu", "training.seed=1,2",
-                     f"training.log_dir={log_dir}") == 2
+    assert run_train("-m", "+execution=default,mps", "training.run.device=cpu", "training.run.seed=1,2",
+                     f"training.run.log_dir={log_dir}") == 2
     err = capsys.readouterr().err
     assert "2 of 4 job(s) refused; no job was launched" in err and "learner_cuda" in err
     assert not log_dir.exists() and spies[0].calls == []
@@ -125,7 +126,7 @@ def test_a_sweep_with_an_mps_job_the_host_cannot_honour_launches_nothing(tmp_pat
 
 def test_a_sweep_with_an_appended_typo_launches_nothing(tmp_path, spies, capsys):
     log_dir = tmp_path / "runs"
-    assert run_train("-m", "training.device=cpu", "training.seed=1,2", TYPO, f"training.log_dir={log_dir}") == 2
+    assert run_train("-m", "training.run.device=cpu", "training.run.seed=1,2", TYPO, f"training.run.log_dir={log_dir}") == 2
     assert "training.stall_timeot_s: no such key" in capsys.readouterr().err
     assert not log_dir.exists() and spies[0].calls == []
 
@@ -143,7 +144,7 @@ RESOLVES = {
 
 @pytest.mark.parametrize("how", sorted(RESOLVES))
 def test_the_compose_api_raises_the_probe_error_on_resolve(how, no_driver):
-    cfg = composed("training.device=cuda:0", "+execution=mps")
+    cfg = composed("training.run.device=cuda:0", "+execution=mps")
     with pytest.raises(RequestError) as raised:
         RESOLVES[how](cfg)
     error = raised.value.error
@@ -157,8 +158,8 @@ def test_the_compose_api_raises_the_probe_error_on_resolve(how, no_driver):
     ("+algo.some_typo=1", "algo.some_typo: no such key"),
     ("+some_typo=1", "some_typo: no such key at the top level"),
     ("task.num_envs=0", "task.num_envs=0: expected an integer >= 1"),
-    ("training.stall_timeout_s=inf", "training.stall_timeout_s"),
-    ("training.device=gpu", "training.device='gpu'"),
+    ("training.loop.stall_timeout_s=inf", "training.loop.stall_timeout_s"),
+    ("training.run.device=gpu", "training.run.device='gpu'"),
 ])
 def test_the_compose_api_raises_the_value_error_on_resolve(how, override, needle):
     cfg = composed("+preset=cpu_smoke", override)
@@ -167,18 +168,18 @@ def test_the_compose_api_raises_the_value_error_on_resolve(how, override, needle
 
 
 def test_the_compose_api_resolves_a_valid_request_to_its_evidence(fake_host, daemon):
-    cfg = composed("training.device=cuda:0", "+execution=mps")
+    cfg = composed("training.run.device=cuda:0", "+execution=mps")
     obj = OmegaConf.to_object(cfg)
     assert obj.execution_evidence["configured"] == "mps" and obj.execution_evidence["validated"] is True
-    assert obj.training.cuda_process_sharing.value == "mps"
+    assert obj.training.mps.cuda_process_sharing.value == "mps"
     assert OmegaConf.to_object(composed("+preset=cpu_smoke")).execution_evidence["configured"] is None
 
 
 def test_a_request_error_is_the_message_train_prints(no_driver, capsys):
-    cfg = composed("training.device=cuda:0", "+execution=mps")
+    cfg = composed("training.run.device=cuda:0", "+execution=mps")
     with pytest.raises(RequestError) as raised:
         OmegaConf.to_object(cfg)
-    assert run_train("training.device=cuda:0", "+execution=mps") == 2
+    assert run_train("training.run.device=cuda:0", "+execution=mps") == 2
     assert capsys.readouterr().err.strip() == str(raised.value).strip()
 
 
@@ -197,7 +198,7 @@ def test_more_envs_than_warp_can_index_are_refused_at_compose(tmp_path, spies, c
     """task.num_envs=1e8 once made a run directory and failed 12 s later in Warp (32-bit array sizes): MJWarp holds
     the contacts of all worlds in one array. Now exit 2, naming the key and the largest value that fits."""
     log_dir = tmp_path / "runs"
-    assert run_train(*entry, "training.device=cpu", "task.num_envs=100000000", f"training.log_dir={log_dir}") == 2
+    assert run_train(*entry, "training.run.device=cpu", "task.num_envs=100000000", f"training.run.log_dir={log_dir}") == 2
     out, err = capsys.readouterr()
     fits = (2**31 - 1) // _nconmax()
     assert f"task.num_envs=100000000: expected at most {fits} envs" in err and "Traceback" not in err
@@ -210,13 +211,13 @@ def test_the_env_bound_is_the_largest_count_that_fits(task):
     from unilab.registry import instantiate
 
     fits = (2**31 - 1) // _nconmax(task)
-    sim, training = instantiate("sim", {}), TrainingConfig(device="cpu")
+    sim, training = instantiate("sim", {}), TrainingConfig(run=RunSettings(device="cpu"))
     check_simulator_sizes(instantiate("task", {"name": task, "num_envs": fits}), sim, training)
     with pytest.raises(ValueError, match=f"task.num_envs={fits + 1}: expected at most {fits} envs"):
         check_simulator_sizes(instantiate("task", {"name": task, "num_envs": fits + 1}), sim, training)
-    with pytest.raises(ValueError, match=f"training.play_envs={fits + 1}: expected at most {fits}"):
+    with pytest.raises(ValueError, match=f"training.outputs.play_envs={fits + 1}: expected at most {fits}"):
         check_simulator_sizes(instantiate("task", {"name": task, "num_envs": 8}), sim,
-                              TrainingConfig(device="cpu", play_envs=fits + 1))
+                              TrainingConfig(run=RunSettings(device="cpu"), outputs=OutputSettings(play_envs=fits + 1)))
 
 
 def test_a_replay_larger_than_the_gpu_is_refused(tmp_path, spies, capsys, fake_host):
@@ -225,28 +226,28 @@ def test_a_replay_larger_than_the_gpu_is_refused(tmp_path, spies, capsys, fake_h
     from unilab.registry import instantiate
 
     log_dir = tmp_path / "runs"
-    assert run_train("training.device=cuda:0", "algo.replay_capacity=1000000000", f"training.log_dir={log_dir}") == 2
+    assert run_train("training.run.device=cuda:0", "algo.replay_capacity=1000000000", f"training.run.log_dir={log_dir}") == 2
     err = capsys.readouterr().err
     row = row_bytes(instantiate("task", {"name": "g1_walk_flat"}))
-    slots = 4 * 4096 * row  # training.ingress_slots x task.num_envs x env_steps_per_sync rows
+    slots = 4 * 4096 * row  # training.loop.ingress_slots x task.num_envs x env_steps_per_sync rows
     fits = (143_771 * 2**20 - slots) // row
     assert f"algo.replay_capacity=1000000000: expected at most {fits}" in err and "cuda:0's 140 GiB" in err
     assert not log_dir.exists() and spies[0].calls == []
-    assert run_train("training.device=cuda:0", f"algo.replay_capacity={fits}", f"training.log_dir={log_dir}") == 0
+    assert run_train("training.run.device=cuda:0", f"algo.replay_capacity={fits}", f"training.run.log_dir={log_dir}") == 0
 
 
 def test_a_replay_larger_than_the_host_is_refused_on_the_cpu(tmp_path, spies, capsys, monkeypatch):
     """On the CPU the replay lives in host memory: the budget is the host's (a fake 8 GiB here), shared by the ranks
-    `training.devices` starts on it."""
+    `training.run.devices` starts on it."""
     import unilab.config.sizes as sizes
 
     monkeypatch.setattr(sizes, "host_memory_bytes", lambda: 8 * 2**30)
     log_dir = tmp_path / "runs"
-    args = ["+preset=cpu_smoke", "algo.replay_capacity=5000000", f"training.log_dir={log_dir}"]
+    args = ["+preset=cpu_smoke", "algo.replay_capacity=5000000", f"training.run.log_dir={log_dir}"]
     assert run_train(*args) == 2  # 5e6 rows of 1756 bytes: 8.2 GiB
     assert "algo.replay_capacity=5000000: expected at most" in capsys.readouterr().err
     assert run_train(*args, "algo.replay_capacity=3000000") == 0  # 4.9 GiB
-    assert run_train(*args, "algo.replay_capacity=3000000", "training.devices=[0,1]") == 2  # two of them
+    assert run_train(*args, "algo.replay_capacity=3000000", "training.run.devices=[0,1]") == 2  # two of them
     assert "shared by 2 ranks" in capsys.readouterr().err
     assert spies[0].calls and len(spies[0].calls) == 1
 
@@ -301,7 +302,7 @@ def test_the_transition_sizes_at_compose_are_the_envs(task):
 HOSTILE = ["-1", "0", "-0.5", "0.5", "1e308", "-1e308", "nan", "inf", "-inf", "2147483648", "9223372036854775808",
            "1000000000000000000000000000000", "true", "''", "' '", "abc", "'a\x01b'", "'../x'", "'/abs/x'", "null",
            "[]", "[nan,1]", "[1e308,1e308]", "[5,1]", "[1,2,3]", "{a: 1}", "'" + "x" * 300 + "'"]
-# Composed configs whose keys are drawn; training.log_dir is the test's own (and nothing may appear in it).
+# Composed configs whose keys are drawn; training.run.log_dir is the test's own (and nothing may appear in it).
 TASKS = {"g1_walk_flat": ("+preset=cpu_smoke",), "g1_motion_tracking": ("+preset=cpu_smoke", "task=g1_motion_tracking")}
 HUGE = 1e15  # no number this large is a setting anyone means; an accepted one is a hole in a schema
 
@@ -319,7 +320,7 @@ def _keys(task: str) -> tuple[str, ...]:
     cfg = composed(*TASKS[task])
     keys = [k for group in ("algo", "task", "sim", "training")
             for k in _leaves(OmegaConf.to_container(cfg[group], resolve=True), f"{group}.")]
-    return tuple(k for k in keys if k != "training.log_dir")
+    return tuple(k for k in keys if k != "training.run.log_dir")
 
 
 def _select(printed: dict, key: str):
@@ -346,14 +347,14 @@ def _acceptable(value) -> bool:
 def test_every_hostile_value_is_refused_at_compose_or_harmless(data):
     """A hostile value for any key of the composed config of either task: `train --cfg job` (what `train` does before
     it creates anything) exits 2 with a message and no traceback, or accepts a value that is finite, of sane size and
-    non-empty. Nothing is created under training.log_dir either way."""
+    non-empty. Nothing is created under training.run.log_dir either way."""
     task = data.draw(st.sampled_from(sorted(TASKS)), label="task")
     key = data.draw(st.sampled_from(_keys(task)), label="key")
     value = data.draw(st.sampled_from(HOSTILE), label="value")
     with tempfile.TemporaryDirectory() as tmp:
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = run_train("--cfg", "job", "--resolve", *TASKS[task], f"training.log_dir={tmp}/runs", f"{key}={value}")
+            code = run_train("--cfg", "job", "--resolve", *TASKS[task], f"training.run.log_dir={tmp}/runs", f"{key}={value}")
         assert os.listdir(tmp) == []
     err = err.getvalue()
     assert code in (0, 2) and "Traceback" not in err, err

@@ -183,7 +183,7 @@ class _SilentInbox:
 
 
 class _Spec:
-    training = SimpleNamespace(startup_timeout_s=60.0)
+    training = SimpleNamespace(loop=SimpleNamespace(startup_timeout_s=60.0))
 
     @staticmethod
     def name(role: str) -> str:

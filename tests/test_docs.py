@@ -288,7 +288,7 @@ def _ab_lines():
 
 
 def test_every_ab_sweep_keeps_the_baseline_off_mps():
-    # +bench=offpolicy_gate sets training.block_ambient_mps: with a daemon running, the default arm
+    # +bench=offpolicy_gate sets training.mps.block_ambient_mps: with a daemon running, the default arm
     # is still no MPS client
     lines = list(_ab_lines())
     assert len(lines) >= 4  # the READMEs, the guide, performance: the check sees them

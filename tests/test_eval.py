@@ -115,7 +115,7 @@ def _args(run, *flags):
 
 def _recorded_run(tmp_path, task="g1_walk_flat", device="cpu"):
     (tmp_path / "run_config.json").write_text(json.dumps({"task": {"name": task}, "algo": {"name": "fastsac"},
-                                                          "training": {"device": device}}))
+                                                          "training": {"run": {"device": device}}}))
     return tmp_path
 
 
@@ -379,8 +379,8 @@ def tracking_run(tmp_path_factory):
     save_motion_clip(synthesize(duration=0.4, seed=2), root / "clips" / "bow.npz")
     smoke = [a for a in SMOKE_WALK if not a.startswith(("algo.max_iterations", "algo.save_interval"))]
     cmd = [sys.executable, "-m", "unilab.cli.train", "--task", "g1_motion_tracking", *smoke, "algo.max_iterations=4",
-           "algo.save_interval=2", f"task.motion_file={root / 'clips'}", f"training.log_dir={root}",
-           "training.run_name=track", "training.no_play=true"]
+           "algo.save_interval=2", f"task.motion_file={root / 'clips'}", f"training.run.log_dir={root}",
+           "training.run.run_name=track", "training.outputs.no_play=true"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return root / "track"

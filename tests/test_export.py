@@ -113,7 +113,7 @@ def test_bad_input_exits_2_and_writes_nothing(walk_run, tmp_path, capsys):
 
 @pytest.mark.integration
 def test_the_end_of_training_export_carries_the_same_metadata(walk_run):
-    """training.export_onnx=true: policy.onnx at the end of the run says what `unilab export` of the run's
+    """training.outputs.export_onnx=true: policy.onnx at the end of the run says what `unilab export` of the run's
     last checkpoint says (the env's part comes from the collector, the rest from the learner)."""
     assert _export(walk_run, "--out", walk_run / "exported.onnx") == 0
     at_end = {p.key: p.value for p in onnx.load(str(walk_run / "policy.onnx")).metadata_props}

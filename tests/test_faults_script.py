@@ -18,7 +18,7 @@ import faults  # noqa: E402
 
 def test_killing_the_learner_reports_the_launchers_exit_and_the_cause(tmp_path, capsys):
     runs, logs = tmp_path / "runs", tmp_path / "session"
-    cmd = [*FAKE, "--launcher", f"training.log_dir={runs}", "training.run_name=faults_learner"]
+    cmd = [*FAKE, "--launcher", f"training.run.log_dir={runs}", "training.run.run_name=faults_learner"]
     assert faults.main(["kill", "learner", "--log-dir", str(logs), "--", *cmd]) == 0
     out = capsys.readouterr().out
     learner = json.loads((runs / "faults_learner" / "pids.json").read_text())["child"]
@@ -28,7 +28,7 @@ def test_killing_the_learner_reports_the_launchers_exit_and_the_cause(tmp_path, 
 
 
 def test_a_run_that_ends_before_its_rows_is_reported(tmp_path, capsys):
-    cmd = [*FAKE, "--alone", "--end", "failed", "1", f"training.log_dir={tmp_path}", "training.run_name=r"]
+    cmd = [*FAKE, "--alone", "--end", "failed", "1", f"training.run.log_dir={tmp_path}", "training.run.run_name=r"]
     assert faults.main(["kill", "learner", "--log-dir", str(tmp_path), "--", *cmd]) == 1
     out = capsys.readouterr().out
     assert out.startswith("the run ended before its third metrics row\n") and "a line on stderr" in out
@@ -39,7 +39,7 @@ def test_stopping_one_of_two_runs_reports_both(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(faults, "GO_ON_S", 0.5)
     runs = tmp_path / "runs"
     assert faults.main(["neighbours", "a", "b", "--log-dir", str(tmp_path), "--", *FAKE, "--launcher",
-                        f"training.log_dir={runs}"]) == 0
+                        f"training.run.log_dir={runs}"]) == 0
     out = capsys.readouterr().out
     assert "faults stop: a stopped (rc=130); b " in out  # went on or not: the fake's row rate under load says
     assert out.endswith("a interrupted None None\nb interrupted None None\n")
@@ -47,7 +47,7 @@ def test_stopping_one_of_two_runs_reports_both(tmp_path, capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("args", [["kill", "learner", "--log-dir", "x"],
-                                  ["kill", "learner", "--log-dir", "x", "--", "train", "training.log_dir=/tmp"]])
+                                  ["kill", "learner", "--log-dir", "x", "--", "train", "training.run.log_dir=/tmp"]])
 def test_bad_arguments_exit_2(tmp_path, args):
     with pytest.raises(SystemExit) as stop:
         faults.main(args)

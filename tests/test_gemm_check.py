@@ -41,7 +41,7 @@ def test_wrong_products_fail_closed_naming_the_share(kind):
     msg = str(err.value)
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=75 for the learner" in msg
     assert "bfloat16 (2, 64, 96)@(2, 96, 48)" in msg
-    assert "unset training.mps_active_thread_percentage.learner" in msg
+    assert "unset training.mps.mps_active_thread_percentage.learner" in msg
 
 
 def test_only_cuda_processes_with_a_share_are_checked(monkeypatch):

@@ -1,5 +1,5 @@
 """OpenGL only where it is used: training, eval and export import none (they run with MUJOCO_GL=egl on a host
-without libEGL), and what renders (play --video/--viewer, training.video_interval) checks its backend before
+without libEGL), and what renders (play --video/--viewer, training.outputs.video_interval) checks its backend before
 anything is created, naming the package or variable that fixes it (exit 2).
 
 A host without libEGL is made by a sitecustomize on PYTHONPATH that refuses to load libEGL in every Python process
@@ -30,7 +30,7 @@ HIDE_LIBEGL = textwrap.dedent("""\
         _load(self, name, *args, **kwargs)
     ctypes.CDLL.__init__ = _without_libegl
 """)
-TINY_RUN = ["+preset=cpu_smoke", "task.num_envs=2", "training.logger=[]", "algo.max_iterations=2",
+TINY_RUN = ["+preset=cpu_smoke", "task.num_envs=2", "training.outputs.logger=[]", "algo.max_iterations=2",
             "algo.save_interval=1000"]
 
 
@@ -120,8 +120,8 @@ def test_modules_that_simulate_import_mujoco_through_headless():
 def run_without_libegl(no_libegl, tmp_path_factory):
     """A tiny run trained (and played, and exported at its end) with MUJOCO_GL=egl and no libEGL."""
     log_dir = tmp_path_factory.mktemp("gl_runs")
-    done = _python(["-m", "unilab.cli.train", *TINY_RUN, "training.no_play=false", "training.play_steps=3",
-                    "training.export_onnx=true", f"training.log_dir={log_dir}", "training.run_name=noegl"], no_libegl)
+    done = _python(["-m", "unilab.cli.train", *TINY_RUN, "training.outputs.no_play=false", "training.outputs.play_steps=3",
+                    "training.outputs.export_onnx=true", f"training.run.log_dir={log_dir}", "training.run.run_name=noegl"], no_libegl)
     assert done.returncode == 0, done.stderr[-4000:]
     return log_dir / "noegl"
 
@@ -146,10 +146,10 @@ def test_training_play_eval_and_export_need_no_libegl(run_without_libegl, no_lib
 
 def test_video_interval_without_libegl_exits_2_naming_the_fix_and_creates_nothing(no_libegl, tmp_path):
     log_dir = tmp_path / "runs"
-    done = _python(["-m", "unilab.cli.train", *TINY_RUN, "training.video_interval=10", f"training.log_dir={log_dir}"],
+    done = _python(["-m", "unilab.cli.train", *TINY_RUN, "training.outputs.video_interval=10", f"training.run.log_dir={log_dir}"],
                    no_libegl)
     assert done.returncode == 2, done.stderr[-3000:]
-    assert "training.video_interval=10" in done.stderr and "cannot load libEGL" in done.stderr
+    assert "training.outputs.video_interval=10" in done.stderr and "cannot load libEGL" in done.stderr
     assert "libegl1" in done.stderr and "MUJOCO_GL=osmesa" in done.stderr
     assert "Traceback" not in done.stderr
     assert not log_dir.exists()
@@ -197,7 +197,7 @@ def test_a_missing_backend_library_names_its_package(monkeypatch, backend, libra
     monkeypatch.setattr(gl, "_loadable", lambda name: True)
     assert gl.render_problem() is None
     gl.require_gl("--video x.mp4")  # no error
-    gl.require_gl_for("training.video_interval", None)  # unset: nothing to check, nothing asked
+    gl.require_gl_for("training.outputs.video_interval", None)  # unset: nothing to check, nothing asked
 
 
 def test_library_check_loads_in_a_child_process():
@@ -229,8 +229,8 @@ def test_video_interval_is_checked_at_config_time_before_anything_starts(spies, 
     monkeypatch.setattr(gl, "_loadable", lambda name: False)
     monkeypatch.setenv("MUJOCO_GL", "egl")
     launcher, env_factory = spies
-    assert run_train(*TINY_RUN, "training.video_interval=5", f"training.log_dir={tmp_path / 'runs'}") == 2
-    assert "training.video_interval=5" in capsys.readouterr().err
+    assert run_train(*TINY_RUN, "training.outputs.video_interval=5", f"training.run.log_dir={tmp_path / 'runs'}") == 2
+    assert "training.outputs.video_interval=5" in capsys.readouterr().err
     assert launcher.calls == [] and env_factory.calls == [] and not (tmp_path / "runs").exists()
 
 

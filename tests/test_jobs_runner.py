@@ -136,3 +136,35 @@ def test_the_console_goes_to_the_log_or_line_by_line_with_a_copy(tmp_path):
         job.wait(timeout=BOUND_S)
     assert sorted(lines) == ["a line on stderr\n", "a line on stdout\n"]
     assert sorted((tmp_path / "b.log").read_text().splitlines()) == ["a line on stderr", "a line on stdout"]
+
+
+# --- `python -m unilab.jobs`: one job for a script (benchmarks/gpu_session.sh) -----------------------------------
+
+def _entry(*args: str, env: dict | None = None):
+    import subprocess
+
+    root = str(Path(__file__).resolve().parents[1])
+    return subprocess.run([sys.executable, "-m", "unilab.jobs", *args], capture_output=True, text=True, timeout=BOUND_S,
+                          env={**os.environ, "PYTHONPATH": root, **(env or {})})
+
+
+def test_the_entry_runs_a_job_with_its_log_environment_and_exit_status(tmp_path):
+    run, log = tmp_path / "run", tmp_path / "job.log"
+    out = _entry("--log", str(log), "--env", "FAKE_JOB_SEEN=yes", "--", *FAKE, str(run), "--end", "completed", "3")
+    assert out.returncode == 3 and out.stdout.strip() == "rc=3 (job.log)"
+    assert summary_status(run) == "completed" and log.read_text()  # its console in the log, not here
+    script = "import os, sys; print(os.environ['FAKE_JOB_SEEN']); sys.exit(4)"
+    seen = _entry("--env", "FAKE_JOB_SEEN=yes", "--", sys.executable, "-c", script)
+    assert seen.returncode == 4 and seen.stdout.strip() == "yes"
+
+
+def test_the_entrys_timeout_stops_the_job_as_sigterm_does(tmp_path):
+    run = tmp_path / "run"
+    out = _entry("--timeout", "0.5", "--", *FAKE, str(run))  # the fake waits until it is signalled
+    assert out.returncode == 130 and _signals(run) == ["SIGTERM"] and summary_status(run) == "interrupted"
+    assert "the job is stopped (SIGTERM)" in out.stderr
+
+
+def test_the_entry_needs_a_command():
+    out = _entry("--log", "x.log")
+    assert out.returncode == 2 and "give the job's command after --" in out.stderr

@@ -1,5 +1,5 @@
 """The update phase's order on the update stream: ingest then update (default), or update then ingest
-(`training.update_before_ingest`). A recording algorithm stands in for the networks; the loop's own
+(`training.loop.update_before_ingest`). A recording algorithm stands in for the networks; the loop's own
 `_update_phase` runs on the CPU, where streams and events are no-ops."""
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def loop(update_before_ingest: bool, batch: int = ROWS, learner=None, rule: Firs
     lp = LearnerLoop.__new__(LearnerLoop)  # the phase only, without a collector to connect to
     cpu = torch.device("cpu")
     lp.torch, lp.upd_stream = torch, None
-    lp.spec = SimpleNamespace(training=SimpleNamespace(update_before_ingest=update_before_ingest))
+    lp.spec = SimpleNamespace(training=SimpleNamespace(loop=SimpleNamespace(update_before_ingest=update_before_ingest)))
     lp.learner = learner or RecordingLearner(batch)
     lp.iteration = 0
     rule = rule or FirstUpdate(rows=batch, iterations=0, rows_per_iteration=ROWS)

@@ -20,7 +20,7 @@ def _must_not(what: str):
 
 def test_a_stop_whose_gpu_work_does_not_end_reports_instead_of_waiting_or_saving():
     loop = SimpleNamespace(
-        spec=SimpleNamespace(training=SimpleNamespace(stall_timeout_s=120.0), world_size=2), iteration=37,
+        spec=SimpleNamespace(training=SimpleNamespace(loop=SimpleNamespace(stall_timeout_s=120.0)), world_size=2), iteration=37,
         summary=lambda status: {"status": status, "iterations": 37},
         _gpu_work_ends=lambda timeout_s: False,  # the host fact: an update stuck in an NCCL all-reduce
         leave_collector=_must_not("leave_collector (a device synchronisation)"), save=_must_not("save"),

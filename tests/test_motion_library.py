@@ -185,8 +185,8 @@ def test_directory_with_a_bad_clip_fails_at_compose(tmp_path, monkeypatch, capsy
     np.savez(clips / "bad.npz", fps=50.0)
     log_dir = tmp_path / "runs"
     with pytest.raises(SystemExit) as exc:
-        train_main(["--task", "g1_motion_tracking", "training.device=cpu", f"task.motion_file={clips}",
-                    f"training.log_dir={log_dir}"])
+        train_main(["--task", "g1_motion_tracking", "training.run.device=cpu", f"task.motion_file={clips}",
+                    f"training.run.log_dir={log_dir}"])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "bad.npz: field 'body_names': missing" in err
     assert f"task.motion_file='{clips}'" in err

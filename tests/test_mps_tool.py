@@ -427,13 +427,13 @@ def test_doctor_prints_the_same_diagnostic_as_train(tmp_path, monkeypatch, capsy
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     log_dir = tmp_path / "runs"
     with pytest.raises(SystemExit) as exc:
-        train_main(["+execution=mps", f"training.log_dir={log_dir}"])
+        train_main(["+execution=mps", f"training.run.log_dir={log_dir}"])
     assert exc.value.code == 2
     train_err = capsys.readouterr().err
-    assert run("doctor", "+execution=mps", f"training.log_dir={log_dir}") == 2
+    assert run("doctor", "+execution=mps", f"training.run.log_dir={log_dir}") == 2
     doctor = capsys.readouterr()
     # train's stderr also carries Hydra's "Error executing job with overrides" line before the diagnostic.
-    assert doctor.err.startswith("unilab: training.cuda_process_sharing cannot be honoured")
+    assert doctor.err.startswith("unilab: training.mps.cuda_process_sharing cannot be honoured")
     assert train_err.endswith(doctor.err) and needle in doctor.err and doctor.out == ""
     assert not log_dir.exists()
 
@@ -461,7 +461,7 @@ def test_doctor_prints_the_evidence_when_the_probe_passes(tmp_path, monkeypatch,
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     log_dir = tmp_path / "runs"
-    assert run("doctor", "--algo", "fastsac", "+execution=mps", f"training.log_dir={log_dir}") == 0
+    assert run("doctor", "--algo", "fastsac", "+execution=mps", f"training.run.log_dir={log_dir}") == 0
     evidence = json.loads(capsys.readouterr().out)
     assert evidence["configured"] == "mps" and evidence["validated"] is True
     assert evidence["gpu_uuid"] == GPU_A.uuid and evidence["effective"] is None

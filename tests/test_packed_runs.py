@@ -13,12 +13,13 @@ import pytest
 from fakes import GPU_A, FakeNvml
 from train_calls import interrupt_real_sweep, run_dirs, run_train
 from unilab.jobs.memory_guard import FAIL, START, WAIT, MemoryGuard, cuda_ordinals
+from unilab.config.schema import RunSettings
 from unilab.cli.packing import OPTIONS, PackedLauncherConf
 from unilab.rundir.layout import SUMMARY_FILE
 
 PACKED = ["hydra/launcher=unilab_packed", "hydra.launcher.max_parallel=2"]
-QUICK_RUN = ["+preset=cpu_smoke", "task.num_envs=8", "algo.max_iterations=4", "training.logger=[]",
-             "training.no_play=true"]
+QUICK_RUN = ["+preset=cpu_smoke", "task.num_envs=8", "algo.max_iterations=4", "training.outputs.logger=[]",
+             "training.outputs.no_play=true"]
 
 
 def _span(run: Path) -> tuple[float, float]:
@@ -36,8 +37,8 @@ def test_a_packed_sweep_runs_two_jobs_at_once_and_survives_a_failed_one(tmp_path
               "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    code = e.code\n"
               "print('RESULT', code, 'torch' in sys.modules, 'warp' in sys.modules)\n")
     done = subprocess.run(
-        [sys.executable, "-c", script, "-m", *QUICK_RUN, "training.startup_timeout_s=900,901,0.001", *PACKED,
-         f"training.log_dir={log_dir}"],
+        [sys.executable, "-c", script, "-m", *QUICK_RUN, "training.loop.startup_timeout_s=900,901,0.001", *PACKED,
+         f"training.run.log_dir={log_dir}"],
         capture_output=True, text=True, timeout=600, env=dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=str(tmp_path / "no")))
     assert "RESULT 1 False False" in done.stdout, done.stdout + done.stderr[-4000:]
     runs = {r.name.rsplit("_startup_timeout_s-", 1)[1]: r for r in run_dirs(log_dir)}
@@ -55,9 +56,9 @@ def test_a_packed_sweep_runs_two_jobs_at_once_and_survives_a_failed_one(tmp_path
         assert (run / "checkpoints").is_dir()
     err = done.stderr
     summary = err[err.index("unilab: sweep done: 2 completed, 1 failed"):].splitlines()
-    assert summary[1] == f"  #0 training.startup_timeout_s=900 -> completed, {first}"
-    assert summary[2] == f"  #1 training.startup_timeout_s=901 -> completed, {second}"
-    assert summary[3] == f"  #2 training.startup_timeout_s=0.001 -> failed, {failing}"
+    assert summary[1] == f"  #0 training.loop.startup_timeout_s=900 -> completed, {first}"
+    assert summary[2] == f"  #1 training.loop.startup_timeout_s=901 -> completed, {second}"
+    assert summary[3] == f"  #2 training.loop.startup_timeout_s=0.001 -> failed, {failing}"
     assert "[#0] unilab: run completed" in err and "[#2] unilab: run failed" in err  # each line names its job
     (sweep_dir,) = (log_dir / "multirun").iterdir()
     assert "run completed" in (sweep_dir / "job-1.log").read_text()
@@ -65,15 +66,15 @@ def test_a_packed_sweep_runs_two_jobs_at_once_and_survives_a_failed_one(tmp_path
 
 @pytest.mark.parametrize("args, needle", [
     (["+execution=default,mps", "+bench=offpolicy_gate"], "+bench=offpolicy_gate: the A/B gate runs its arms one at"),
-    (["training.seed=1,2", "hydra.launcher.max_parallel=0"], "hydra.launcher.max_parallel=0: expected an integer >= 1"),
-    (["training.seed=1,2", "hydra.launcher.max_parallel=2,3"], "hydra.launcher.max_parallel='2,3': expected one value"),
-    (["training.seed=1,2", "hydra.launcher.job_memory_mib=-1"], "job_memory_mib=-1: expected an integer >= 0"),
-    (["training.seed=1,2", "hydra.launcher.memory_wait_s=inf"], "memory_wait_s=inf: expected a finite number"),
-    (["training.seed=1,2", "hydra.launcher.slots=4"], "hydra.launcher.slots=4: expected an option of unilab_packed"),
+    (["training.run.seed=1,2", "hydra.launcher.max_parallel=0"], "hydra.launcher.max_parallel=0: expected an integer >= 1"),
+    (["training.run.seed=1,2", "hydra.launcher.max_parallel=2,3"], "hydra.launcher.max_parallel='2,3': expected one value"),
+    (["training.run.seed=1,2", "hydra.launcher.job_memory_mib=-1"], "job_memory_mib=-1: expected an integer >= 0"),
+    (["training.run.seed=1,2", "hydra.launcher.memory_wait_s=inf"], "memory_wait_s=inf: expected a finite number"),
+    (["training.run.seed=1,2", "hydra.launcher.slots=4"], "hydra.launcher.slots=4: expected an option of unilab_packed"),
 ])
 def test_packing_refuses_the_gate_and_bad_options_before_anything_exists(tmp_path, spies, capsys, args, needle):
     log_dir = tmp_path / "runs"
-    assert run_train("-m", *args, "hydra/launcher=unilab_packed", f"training.log_dir={log_dir}") == 2
+    assert run_train("-m", *args, "hydra/launcher=unilab_packed", f"training.run.log_dir={log_dir}") == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err
     assert not log_dir.exists() and spies[0].calls == []
@@ -81,8 +82,8 @@ def test_packing_refuses_the_gate_and_bad_options_before_anything_exists(tmp_pat
 
 def test_a_launcher_option_without_the_launcher_says_which_launcher(tmp_path, spies, capsys):
     log_dir = tmp_path / "runs"
-    assert run_train("-m", "training.device=cpu", "training.seed=1,2", "hydra.launcher.max_parallel=4",
-                     f"training.log_dir={log_dir}") == 2
+    assert run_train("-m", "training.run.device=cpu", "training.run.seed=1,2", "hydra.launcher.max_parallel=4",
+                     f"training.run.log_dir={log_dir}") == 2
     assert "hydra.launcher.max_parallel=4: an option of the packed launcher; add hydra/launcher=unilab_packed" in \
         capsys.readouterr().err
     assert not log_dir.exists() and spies[0].calls == []
@@ -90,7 +91,7 @@ def test_a_launcher_option_without_the_launcher_says_which_launcher(tmp_path, sp
 
 def test_a_packed_dry_run_says_how_many_at_once(tmp_path, spies, capsys):
     log_dir = tmp_path / "runs"
-    assert run_train("-m", "training.device=cpu", "training.seed=1,2,3", *PACKED, f"training.log_dir={log_dir}",
+    assert run_train("-m", "training.run.device=cpu", "training.run.seed=1,2,3", *PACKED, f"training.run.log_dir={log_dir}",
                      "--dry-run") == 0
     assert "3 job(s) would run, up to 2 at once" in capsys.readouterr().out
     assert not log_dir.exists()
@@ -98,7 +99,7 @@ def test_a_packed_dry_run_says_how_many_at_once(tmp_path, spies, capsys):
 
 def test_a_refused_job_refuses_a_packed_sweep(tmp_path, spies, capsys):
     log_dir = tmp_path / "runs"
-    assert run_train("-m", "training.device=cpu", "task.num_envs=8,0", *PACKED, f"training.log_dir={log_dir}") == 2
+    assert run_train("-m", "training.run.device=cpu", "task.num_envs=8,0", *PACKED, f"training.run.log_dir={log_dir}") == 2
     assert "job #1 (task.num_envs=0) refused" in capsys.readouterr().err
     assert not log_dir.exists()
 
@@ -163,12 +164,12 @@ def test_a_guard_that_cannot_read_nvml_fails_the_job():
     assert verdict.action == FAIL and "NVML Shared Library Not Found" in verdict.message
 
 
-@pytest.mark.parametrize("training, ordinals", [
+@pytest.mark.parametrize("run, ordinals", [
     ({"device": "cpu"}, []), ({"device": "cuda"}, [0]), ({"device": "cuda:1"}, [1]),
     ({"device": "cuda:0", "devices": [0, 1]}, [0, 1]), ({"device": "cpu", "devices": [0, 1]}, []),
 ])
-def test_cuda_ordinals_follow_the_rank_devices(training, ordinals):
-    assert cuda_ordinals(training) == ordinals
+def test_cuda_ordinals_follow_the_rank_devices(run, ordinals):
+    assert cuda_ordinals(RunSettings(**run)) == ordinals
 
 
 def test_a_packed_sweep_fails_jobs_that_do_not_fit_and_starts_none(tmp_path, spies, capsys, fake_host, monkeypatch):
@@ -178,16 +179,16 @@ def test_a_packed_sweep_fails_jobs_that_do_not_fit_and_starts_none(tmp_path, spi
 
     monkeypatch.setattr(guard_mod, "SystemNvml", lambda: FakeNvml(free_mib=1000.0))
     log_dir = tmp_path / "runs"
-    code = run_train("-m", "training.device=cuda:0", "training.seed=1,2", *PACKED, "hydra.launcher.memory_wait_s=1",
-                     f"training.log_dir={log_dir}")
+    code = run_train("-m", "training.run.device=cuda:0", "training.run.seed=1,2", *PACKED, "hydra.launcher.memory_wait_s=1",
+                     f"training.run.log_dir={log_dir}")
     assert code == 1
     err = capsys.readouterr().err
     assert "job #0 waits for GPU memory: cuda:0" in err and "job #1 waits for GPU memory" in err
     floor = PackedLauncherConf.job_memory_mib  # the default floor, no peak measured yet
     assert err.count(f"has 1000 MiB free of 143771 MiB; the job needs about {floor} MiB") == 4
     assert "job #0 not started" in err and "memory_wait_s=1)" in err
-    assert "  #0 training.seed=1 -> failed, no run directory" in err
-    assert "  #1 training.seed=2 -> failed, no run directory" in err
+    assert "  #0 training.run.seed=1 -> failed, no run directory" in err
+    assert "  #1 training.run.seed=2 -> failed, no run directory" in err
     assert "started (pid" not in err and run_dirs(log_dir) == [] and spies[0].calls == []
 
 
@@ -196,7 +197,7 @@ def test_ctrl_c_stops_every_running_job_of_a_packed_sweep(tmp_path):
     """SIGINT to the sweep's process group (Ctrl-C) while two jobs train: the packed launcher passes it on to each
     (their launchers are in sessions of their own), both runs stop as interrupted, job 2 never starts, exit 130."""
     log_dir = tmp_path / "runs"
-    code, err = interrupt_real_sweep([*QUICK_RUN, "algo.max_iterations=100000", "training.seed=1,2,3", *PACKED], log_dir,
+    code, err = interrupt_real_sweep([*QUICK_RUN, "algo.max_iterations=100000", "training.run.seed=1,2,3", *PACKED], log_dir,
                                      tmp_path, training=2)
     assert code == 130, err[-4000:]
     runs = run_dirs(log_dir)

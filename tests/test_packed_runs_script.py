@@ -28,18 +28,18 @@ def test_the_dry_run_prints_the_warmup_and_three_arms_that_compose(tmp_path):
     assert warmup[1:4] == ["-m", "unilab.cli.tools", "warmup"]
     for cmd in (sequential, packed_mps, timesliced):
         assert cmd[1:4] == ["-m", "unilab.cli.train", "-m"]
-        assert {"--algo", "fastsac", "g1_walk_flat", "task.num_envs=1024", "training.seed=1,2,3,4"} <= set(cmd)
+        assert {"--algo", "fastsac", "g1_walk_flat", "task.num_envs=1024", "training.run.seed=1,2,3,4"} <= set(cmd)
         assert "algo.max_iterations=5000" in cmd
     assert "+execution=mps" in sequential and not any("hydra/launcher" in a for a in sequential)
     assert {"+execution=mps", "hydra/launcher=unilab_packed", "hydra.launcher.max_parallel=4"} <= set(packed_mps)
-    assert {"+execution=default", "training.block_ambient_mps=true", "hydra/launcher=unilab_packed",
+    assert {"+execution=default", "training.mps.block_ambient_mps=true", "hydra/launcher=unilab_packed",
             "hydra.launcher.max_parallel=4"} <= set(timesliced)
     assert [c[-1] for c in (sequential, packed_mps, timesliced)] == [
-        f"training.log_dir={out.resolve() / arm}" for arm in ("sequential", "packed_mps", "packed_timesliced")]
+        f"training.run.log_dir={out.resolve() / arm}" for arm in ("sequential", "packed_mps", "packed_timesliced")]
     # every job of every arm composes as `train` would compose it
     check_command(shlex.join(["unilab", *warmup[3:]]))
     for cmd in (sequential, packed_mps, timesliced):
-        one_seed = [a if not a.startswith("training.seed=") else "training.seed=1" for a in cmd[3:]]
+        one_seed = [a if not a.startswith("training.run.seed=") else "training.run.seed=1" for a in cmd[3:]]
         check_command(shlex.join(["train", *one_seed]))
 
 
@@ -47,7 +47,7 @@ def test_the_seeds_and_parallelism_follow_the_arguments(tmp_path, capsys):
     assert packed_runs.main(["--out", str(tmp_path / "o"), "--seeds", "7", "8", "--iterations", "30", "--dry-run", "--",
                              "+preset=cpu_smoke"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert all("training.seed=7,8" in line and "+preset=cpu_smoke" in line and "--algo" not in line
+    assert all("training.run.seed=7,8" in line and "+preset=cpu_smoke" in line and "--algo" not in line
                for line in lines[1:])
     assert "hydra.launcher.max_parallel=2" in lines[2] and "algo.max_iterations=30" in lines[3]
 

@@ -17,7 +17,7 @@ def make_run(root: Path, name: str, *, seed: int, lr: float = 3e-4, rows: int = 
     run = root / name
     run.mkdir(parents=True)
     config = {"algo": {"name": "fastsac", "actor_lr": lr}, "task": {"name": "g1_walk_flat", "num_envs": 8},
-              "training": {"seed": seed, "run_name": name, "log_dir": str(root)}}
+              "training": {"run": {"seed": seed, "run_name": name, "log_dir": str(root)}}}
     (run / "run_config.json").write_text(json.dumps(config))
     with open(run / "metrics.jsonl", "w") as f:
         for i in range(1, rows + 1):

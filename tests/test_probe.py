@@ -335,8 +335,8 @@ def test_a_cancelled_client_verification_verifies_nothing(host, daemon, fake_hos
         daemon.servers.clear()
         if verified:
             daemon.servers[5000] = [101, 102]
-        prepared = SimpleNamespace(config=SimpleNamespace(training=SimpleNamespace(mps_attach_timeout_s=5.0,
-                                                                                   block_ambient_mps=False)),
+        prepared = SimpleNamespace(config=SimpleNamespace(training=SimpleNamespace(mps=SimpleNamespace(
+                                       mps_attach_timeout_s=5.0, block_ambient_mps=False))),
                                    manifest=Manifest(),
                                    role_mps_env={}, run_dir=None, own_dir=None)
         out = io.StringIO()
@@ -366,11 +366,11 @@ def _validated(*overrides: str):
     return validate(cfg)
 
 
-DATA_PARALLEL_MPS = ("+execution=mps", "training.device=cuda:0", "training.devices=[0,1]")
+DATA_PARALLEL_MPS = ("+execution=mps", "training.run.device=cuda:0", "training.run.devices=[0,1]")
 
 
 def test_every_rank_of_a_data_parallel_run_is_probed(fake_host, daemon):
-    """training.devices=[0,1] under MPS: rank 1's GPU is probed itself (its device, its UUID, the daemon asked
+    """training.run.devices=[0,1] under MPS: rank 1's GPU is probed itself (its device, its UUID, the daemon asked
     again), not rank 0's evidence passed on."""
     asked = daemon.commands.count("get_server_list")
     request = _validated(*DATA_PARALLEL_MPS)
@@ -407,7 +407,7 @@ def _two_ranks(host, tmp_path):
         ready[f"collector[{r}]"] = SimpleNamespace(pid=100 + 10 * r + 2, gpu_uuid=gpu.uuid)
     manifest = RuntimeManifest(run_dir=str(tmp_path), algo="fastsac", task="g1_walk_flat", backend="mjwarp",
                                world_size=2, cuda_process_sharing=ranks[0].evidence)
-    training = SimpleNamespace(mps_attach_timeout_s=0.5, block_ambient_mps=False)
+    training = SimpleNamespace(mps=SimpleNamespace(mps_attach_timeout_s=0.5, block_ambient_mps=False))
     prepared = SimpleNamespace(config=SimpleNamespace(training=training), manifest=manifest,
                                role_mps_env={}, run_dir=str(tmp_path), own_dir=tmp_path)
     return prepared, ranks, ready

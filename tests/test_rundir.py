@@ -199,13 +199,13 @@ def test_only_the_newest_checkpoints_are_kept(tmp_path):
 
 
 def test_the_learner_prunes_with_training_keep_checkpoints(tmp_path):
-    """LearnerLoop.save hands training.keep_checkpoints to the pruning (the loop around it faked)."""
+    """LearnerLoop.save hands training.outputs.keep_checkpoints to the pruning (the loop around it faked)."""
     from types import SimpleNamespace
 
     from unilab.runtime.learner import LearnerLoop
 
     for iteration in (1, 2, 3):
-        training = SimpleNamespace(keep_checkpoints=2)
+        training = SimpleNamespace(outputs=SimpleNamespace(keep_checkpoints=2))
         loop = SimpleNamespace(spec=SimpleNamespace(rank=0, run_dir=tmp_path, training=training),
                                device=SimpleNamespace(type="cpu"), iteration=iteration, env_steps=8 * iteration,
                                learner=SimpleNamespace(state_dict=lambda: {"w": 1}), weights_record={})
@@ -380,7 +380,7 @@ def _tool(capsys, *args) -> tuple[int, str]:
 def _bare_run(path: Path) -> Path:
     """A run directory as train leaves it before its first checkpoint."""
     path.mkdir(parents=True)
-    (path / "run_config.json").write_text(json.dumps({"training": {"device": "cpu", "seed": 1},
+    (path / "run_config.json").write_text(json.dumps({"training": {"run": {"device": "cpu", "seed": 1}},
                                                       "task": {"name": "g1_walk_flat"}, "algo": {"name": "fastsac"}}))
     return path
 
@@ -407,7 +407,7 @@ def test_play_of_a_checkpoint_file_names_the_command_that_plays_it(tmp_path, cap
 def test_play_of_a_run_without_checkpoints_speaks_of_plays_options(tmp_path, capsys):
     run = _bare_run(tmp_path / "r")
     code, err = _tool(capsys, "play", run)
-    assert code == 2 and "training.resume" not in err, err
+    assert code == 2 and "training.run.resume" not in err, err
     assert err.startswith(f"unilab play: {run}: no checkpoint in {run / 'checkpoints'} yet")
     assert "--checkpoint FILE" in err and "--agent zero or random" in err
     code, err = _tool(capsys, "play", run, "--checkpoint", tmp_path / "nope.pt")

@@ -18,13 +18,13 @@ from unilab.rundir.metrics import METRIC_KEYS, read_metrics
 
 pytestmark = pytest.mark.integration
 
-# Play (training.no_play=false in cpu_smoke) is a fresh process that builds its worlds again: tests that do not
-# test it turn it off; those that do say training.no_play=false (a later override wins).
-SMOKE = ["+preset=cpu_smoke", "task.num_envs=16", "training.logger=[]", "training.no_play=true"]
+# Play (training.outputs.no_play=false in cpu_smoke) is a fresh process that builds its worlds again: tests that do not
+# test it turn it off; those that do say training.outputs.no_play=false (a later override wins).
+SMOKE = ["+preset=cpu_smoke", "task.num_envs=16", "training.outputs.logger=[]", "training.outputs.no_play=true"]
 
 
 def train(log_dir: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "unilab.cli.train", *SMOKE, f"training.log_dir={log_dir}", *args]
+    cmd = [sys.executable, "-m", "unilab.cli.train", *SMOKE, f"training.run.log_dir={log_dir}", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
@@ -52,8 +52,8 @@ def pid_alive(pid: int) -> bool:
 def finished_run(tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("e2e")
     done = train(log_dir, "--algo", "fastsac", "--task", "g1_walk_flat", "algo.max_iterations=20",
-                 "algo.save_interval=10", "training.logger=[tensorboard]",
-                 "training.no_play=false", "training.play_envs=4", "training.play_steps=12")
+                 "algo.save_interval=10", "training.outputs.logger=[tensorboard]",
+                 "training.outputs.no_play=false", "training.outputs.play_envs=4", "training.outputs.play_steps=12")
     assert done.returncode == 0, done.stderr[-4000:]
     return log_dir, only_run(log_dir), done
 
@@ -126,7 +126,7 @@ def test_the_console_names_each_phase_in_order(finished_run):
 
 
 def test_play_after_a_completed_run(finished_run):
-    """training.no_play=false: the trained policy plays from a fresh reset; play.json and the summary say how."""
+    """training.outputs.no_play=false: the trained policy plays from a fresh reset; play.json and the summary say how."""
     from unilab.cli.tools import main as tools_main
 
     _, run, done = finished_run
@@ -177,20 +177,20 @@ def test_play_tool_out_and_bad_input(finished_run, tmp_path, capsys):
 
 def test_resume_continues_iterations_and_logs(finished_run):
     log_dir, run, _ = finished_run
-    done = train(log_dir, f"training.resume={run}", "algo.max_iterations=40")
+    done = train(log_dir, f"training.run.resume={run}", "algo.max_iterations=40")
     assert done.returncode == 0, done.stderr[-4000:]
     rows = read_metrics(run)
     assert [r["iteration"] for r in rows] == list(range(40))
     assert summary(run)["iterations"] == 40
     # The refill is capped at half of what 20 iterations collect (not cpu_smoke's 100000-transition replay):
     # the resumed run trains again. The update samples the replay before the phase's chunk is ingested
-    # (training.update_before_ingest), so the first update follows the chunk that completes the refill.
+    # (training.loop.update_before_ingest), so the first update follows the chunk that completes the refill.
     assert [r["critic_loss"] is not None for r in rows[20:]] == [False] * 10 + [True] * 10
     assert "unilab: resume: replay refilled 160/160 (100 %); updates start" in done.stderr
     assert (run / "segments" / "0" / "run_summary.json").exists()
     assert "rew/track_lin_vel_xy" in rows[-1]  # the task's reward terms are forwarded per iteration
     # From an earlier checkpoint: the rows logged after it are replaced, never duplicated.
-    done = train(log_dir, f"training.resume={run}/checkpoints/iter_0000010.pt", "algo.max_iterations=15")
+    done = train(log_dir, f"training.run.resume={run}/checkpoints/iter_0000010.pt", "algo.max_iterations=15")
     assert done.returncode == 0, done.stderr[-4000:]
     assert [r["iteration"] for r in read_metrics(run)] == list(range(15))
 
@@ -226,7 +226,7 @@ def test_learner_exception_ends_the_collector(tmp_path):
         if value.is_floating_point():
             value.fill_(float("nan"))
     torch.save(state, path)
-    done = train(tmp_path, f"training.resume={run}", "algo.max_iterations=200", "training.nan_guard.enabled=true")
+    done = train(tmp_path, f"training.run.resume={run}", "algo.max_iterations=200", "training.loop.nan_guard.enabled=true")
     assert done.returncode == 1, done.stderr[-4000:]
     s = summary(run)
     assert s["status"] == "failed" and s["failed_role"] == "learner", s
@@ -236,7 +236,7 @@ def test_learner_exception_ends_the_collector(tmp_path):
 
 
 def _start(log_dir: Path, *args: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "unilab.cli.train", *SMOKE, f"training.log_dir={log_dir}",
+    cmd = [sys.executable, "-m", "unilab.cli.train", *SMOKE, f"training.run.log_dir={log_dir}",
            "algo.max_iterations=100000", *args]
     # A session of its own, so a test can signal the whole process group.
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -355,7 +355,7 @@ def test_mps_attachment_failure_stops_the_run(tmp_path, capsys, mps_on_cpu_child
     """The children are not clients of the (fake) daemon: exit 2, both stopped, the process named."""
     from unilab.cli.train import main as train_main
 
-    args = [*SMOKE, f"training.log_dir={tmp_path}", "+execution=mps", "training.mps_attach_timeout_s=2"]
+    args = [*SMOKE, f"training.run.log_dir={tmp_path}", "+execution=mps", "training.mps.mps_attach_timeout_s=2"]
     with pytest.raises(SystemExit) as info:
         train_main(args)
     assert info.value.code == 2
@@ -369,8 +369,8 @@ def test_mps_attachment_failure_stops_the_run(tmp_path, capsys, mps_on_cpu_child
 
 
 def test_two_ranks_on_cpu_stay_in_sync(tmp_path):
-    """training.devices=[0,1] on the CPU: two learner/collector pairs, gradients averaged (gloo)."""
-    done = train(tmp_path, "task.num_envs=8", "training.devices=[0,1]", "algo.max_iterations=14",
+    """training.run.devices=[0,1] on the CPU: two learner/collector pairs, gradients averaged (gloo)."""
+    done = train(tmp_path, "task.num_envs=8", "training.run.devices=[0,1]", "algo.max_iterations=14",
                  "algo.batch_size=64")
     assert done.returncode == 0, done.stderr[-4000:]
     run = only_run(tmp_path)
@@ -394,10 +394,10 @@ def test_two_ranks_on_cpu_stay_in_sync(tmp_path):
 
 @pytest.mark.parametrize("how", ["rank 1's learner killed", "SIGINT to the group"])
 def test_rank_0_saves_its_stop_time_checkpoint_when_another_rank_ends(tmp_path, how):
-    """training.devices=[0,1] on the CPU: rank 1's learner is killed (or Ctrl-C stops both ranks) mid-run. Rank 0,
+    """training.run.devices=[0,1] on the CPU: rank 1's learner is killed (or Ctrl-C stops both ranks) mid-run. Rank 0,
     waiting in a collective for rank 1 or anywhere else, stops as after a stop request: it writes its pending rows
     and its checkpoint (its weights are whole: a gloo collective raises before the step that would use it)."""
-    proc = _start(tmp_path, "task.num_envs=8", "training.devices=[0,1]", "algo.batch_size=64",
+    proc = _start(tmp_path, "task.num_envs=8", "training.run.devices=[0,1]", "algo.batch_size=64",
                   "algo.save_interval=100000")
     try:
         run = _wait_for_metrics(tmp_path, proc, rows=5)
@@ -427,16 +427,16 @@ def test_rank_0_saves_its_stop_time_checkpoint_when_another_rank_ends(tmp_path, 
 
 
 def test_mps_thread_percentage_and_priority_per_role(tmp_path, mps_on_cpu_children, daemon):
-    """training.mps_active_thread_percentage / mps_client_priority: each child starts with its own
+    """training.mps.mps_active_thread_percentage / mps_client_priority: each child starts with its own
     CUDA_MPS_* variables; the manifest notes them."""
     from unilab.cli.train import main as train_main
 
     daemon.servers[4242] = []
     daemon.clients_from_proc = True
-    train_main([*SMOKE, f"training.log_dir={tmp_path}", "+execution=mps", "algo.max_iterations=3",
-                "training.mps_active_thread_percentage.learner=30",
-                "training.mps_active_thread_percentage.collector=70",
-                "training.mps_client_priority.collector=below_normal"])
+    train_main([*SMOKE, f"training.run.log_dir={tmp_path}", "+execution=mps", "algo.max_iterations=3",
+                "training.mps.mps_active_thread_percentage.learner=30",
+                "training.mps.mps_active_thread_percentage.collector=70",
+                "training.mps.mps_client_priority.collector=below_normal"])
     sharing = json.loads((only_run(tmp_path) / "runtime_manifest.json").read_text())["cuda_process_sharing"]
     assert sharing["effective"] == "mps"
     pids = sharing["client_pids"]
@@ -477,7 +477,7 @@ def test_a_dead_mps_server_is_named_with_its_fix(tmp_path, capsys, mps_on_cpu_ch
     thread.start()
     try:
         with pytest.raises(SystemExit) as info:
-            train_main([*SMOKE, f"training.log_dir={tmp_path}", "+execution=mps", "algo.max_iterations=100000"])
+            train_main([*SMOKE, f"training.run.log_dir={tmp_path}", "+execution=mps", "algo.max_iterations=100000"])
     finally:
         done.set()
         server.kill()
@@ -501,7 +501,7 @@ def test_null_mode_records_ambient_mps(tmp_path, fake_host, daemon):
 
     daemon.servers[4242] = []
     daemon.clients_from_proc = True
-    train_main([*SMOKE, f"training.log_dir={tmp_path}", "algo.max_iterations=3"])  # completes: no SystemExit
+    train_main([*SMOKE, f"training.run.log_dir={tmp_path}", "algo.max_iterations=3"])  # completes: no SystemExit
     sharing = json.loads((only_run(tmp_path) / "runtime_manifest.json").read_text())["cuda_process_sharing"]
     assert sharing["configured"] is None and sharing["daemon_reachable"] is True
     assert sharing["effective"] == "mps" and set(sharing["client_pids"]) == {"learner", "collector"}
@@ -509,12 +509,12 @@ def test_null_mode_records_ambient_mps(tmp_path, fake_host, daemon):
 
 
 def test_null_mode_can_block_an_ambient_daemon(tmp_path, fake_host, daemon):
-    """training.block_ambient_mps: the baseline arm of an A/B run cannot become an MPS client."""
+    """training.mps.block_ambient_mps: the baseline arm of an A/B run cannot become an MPS client."""
     from unilab.cli.train import main as train_main
 
     daemon.servers[4242] = []
     daemon.clients_from_proc = True
-    train_main([*SMOKE, f"training.log_dir={tmp_path}", "algo.max_iterations=3", "training.block_ambient_mps=true"])
+    train_main([*SMOKE, f"training.run.log_dir={tmp_path}", "algo.max_iterations=3", "training.mps.block_ambient_mps=true"])
     run = only_run(tmp_path)
     sharing = json.loads((run / "runtime_manifest.json").read_text())["cuda_process_sharing"]
     assert sharing["configured"] is None and sharing["effective"] is None and not sharing["client_pids"]
@@ -533,7 +533,7 @@ class _ExitedProcess:
 
 
 class _Spec:
-    training = SimpleNamespace(startup_timeout_s=60.0)
+    training = SimpleNamespace(loop=SimpleNamespace(startup_timeout_s=60.0))
 
     @staticmethod
     def name(role: str) -> str:
@@ -567,7 +567,7 @@ def test_a_run_directory_removed_mid_run_is_named(tmp_path):
     """rm -rf of the run directory while it trains: the run fails, named; no traceback on the console."""
     import shutil
 
-    cmd = [sys.executable, "-m", "unilab.cli.train", *SMOKE, f"training.log_dir={tmp_path}", "training.run_name=r",
+    cmd = [sys.executable, "-m", "unilab.cli.train", *SMOKE, f"training.run.log_dir={tmp_path}", "training.run.run_name=r",
            "algo.max_iterations=100000"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run = tmp_path / "r"
@@ -662,7 +662,7 @@ def test_a_signal_during_mps_client_verification(short_tmp, tmp_path, how):
     """The children never show up as MPS clients and verification would poll for 300 s: SIGINT/SIGTERM stop
     it at once (exit 130, interrupted); a launcher killed there leaves no child behind."""
     log_dir = tmp_path / "runs"
-    argv = [*SMOKE, f"training.log_dir={log_dir}", "training.mps_attach_timeout_s=300", "algo.max_iterations=5"]
+    argv = [*SMOKE, f"training.run.log_dir={log_dir}", "training.mps.mps_attach_timeout_s=300", "algo.max_iterations=5"]
     tests_dir = str(Path(__file__).parent)
     script = f"import sys; sys.path.insert(0, {tests_dir!r}); import fakes; fakes.train_under_fake_mps({argv!r}, " \
              f"{str(short_tmp)!r})"
@@ -697,11 +697,11 @@ def test_a_signal_during_mps_client_verification(short_tmp, tmp_path, how):
 
 @pytest.mark.parametrize("how", ["SIGINT to the group", "SIGTERM", "kill -9", "play killed"])
 def test_a_signal_during_play(tmp_path, how):
-    """training.no_play=false with a long play: the summary of the completed training is written before play;
+    """training.outputs.no_play=false with a long play: the summary of the completed training is written before play;
     a signal stops play (exit 130, no traceback), a killed launcher takes play with it, a killed play is
     noticed at once."""
-    cmd = [sys.executable, "-m", "unilab.cli.train", *SMOKE, f"training.log_dir={tmp_path}", "algo.max_iterations=5",
-           "training.no_play=false", "training.play_steps=100000"]
+    cmd = [sys.executable, "-m", "unilab.cli.train", *SMOKE, f"training.run.log_dir={tmp_path}", "algo.max_iterations=5",
+           "training.outputs.no_play=false", "training.outputs.play_steps=100000"]
     console = _Console(cmd)
     try:
         (play_pid,) = _child_pids(console.wait_for("unilab: play pid"))
@@ -736,7 +736,7 @@ def test_a_signal_during_play(tmp_path, how):
 @pytest.mark.parametrize("update_first", [True, False])
 def test_both_update_orders_train_end_to_end(tmp_path, update_first):
     done = train(tmp_path, "--algo", "fastsac", "--task", "g1_walk_flat", "algo.max_iterations=12",
-                 f"training.update_before_ingest={str(update_first).lower()}")
+                 f"training.loop.update_before_ingest={str(update_first).lower()}")
     assert done.returncode == 0, done.stderr[-4000:]
     run = only_run(tmp_path)
     rows = read_metrics(run)
@@ -745,7 +745,7 @@ def test_both_update_orders_train_end_to_end(tmp_path, update_first):
     assert trained and all(math.isfinite(r["critic_loss"]) and r["learner_train_ms"] >= 0 for r in trained)
     assert rows[-1]["replay_size"] == 12 * 16  # every chunk was ingested (update first: the last one after the last update)
     assert summary(run)["status"] == "completed"
-    assert json.loads((run / "run_config.json").read_text())["training"]["update_before_ingest"] is update_first
+    assert json.loads((run / "run_config.json").read_text())["training"]["loop"]["update_before_ingest"] is update_first
 
 
 def test_a_closed_terminal_stops_the_run_like_sigterm(tmp_path):
@@ -756,7 +756,7 @@ def test_a_closed_terminal_stops_the_run_like_sigterm(tmp_path):
     import threading
 
     master, slave = pty.openpty()
-    train_argv = ["-m", "unilab.cli.train", *SMOKE, f"training.log_dir={tmp_path}", "algo.max_iterations=100000"]
+    train_argv = ["-m", "unilab.cli.train", *SMOKE, f"training.run.log_dir={tmp_path}", "algo.max_iterations=100000"]
     # a session of its own whose controlling terminal is the pty (as a login shell's job has), then `train`
     become_train = (f"import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
                     f"os.execv(sys.executable, [sys.executable, *{train_argv!r}])")
@@ -818,7 +818,7 @@ def test_a_full_disk_at_a_checkpoint_is_named_and_leaves_the_last_one(tmp_path):
              "prepare.clear_partial_saves = cleared\n"
              "from unilab.cli.train import main\n"
              "main(sys.argv[1:])\n")
-    cmd = [sys.executable, "-c", plant, *SMOKE, f"training.log_dir={tmp_path}", f"training.resume={run}",
+    cmd = [sys.executable, "-c", plant, *SMOKE, f"training.run.log_dir={tmp_path}", f"training.run.resume={run}",
            "algo.max_iterations=12", "algo.save_interval=4"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 1, done.stderr[-4000:]

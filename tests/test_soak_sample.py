@@ -141,8 +141,8 @@ def test_with_a_train_command_it_starts_samples_and_stops_the_run(tmp_path):
     """The training (here tests/fake_job.py as a launcher) is started as a job, sampled once its run.lock names it,
     and stopped with SIGINT after --run-for; its console goes to --log."""
     run, out, log = tmp_path / "runs" / "soak", tmp_path / "soak.jsonl", tmp_path / "soak.log"
-    fake = [sys.executable, str(ROOT / "tests" / "fake_job.py"), "--launcher", f"training.log_dir={run.parent}",
-            "training.run_name=soak"]
+    fake = [sys.executable, str(ROOT / "tests" / "fake_job.py"), "--launcher", f"training.run.log_dir={run.parent}",
+            "training.run.run_name=soak"]
     assert soak.main([str(run), "--out", str(out), "--interval", "0.2", "--run-for", "5", "--log", str(log), "--",
                       *fake]) == 0
     header, rows = soak.read_samples(out)
@@ -158,7 +158,7 @@ def test_with_a_train_command_it_starts_samples_and_stops_the_run(tmp_path):
 def test_samples_every_process_of_a_cpu_run(tmp_path, capsys):
     log_dir = tmp_path / "runs"
     proc = subprocess.Popen([sys.executable, "-m", "unilab.cli.train", "+preset=cpu_smoke", "task.num_envs=16",
-                             "training.logger=[]", f"training.log_dir={log_dir}", "algo.max_iterations=100000"],
+                             "training.outputs.logger=[]", f"training.run.log_dir={log_dir}", "algo.max_iterations=100000"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 300

@@ -344,6 +344,6 @@ def test_bad_value_exits_2_before_the_run(tmp_path, monkeypatch, capsys):
     log_dir = tmp_path / "runs"
     with pytest.raises(SystemExit) as exc:
         train_main(["task=g1_motion_tracking", "task.randomization.friction_range=[1.2,0.3]",
-                    f"training.log_dir={log_dir}"])
+                    f"training.run.log_dir={log_dir}"])
     assert exc.value.code == 2 and "task.randomization.friction_range" in capsys.readouterr().err
     assert not log_dir.exists() and calls == []

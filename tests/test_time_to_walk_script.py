@@ -79,7 +79,7 @@ from pathlib import Path
 import unilab
 cwd = os.getcwd()  # what torch's compile config and oneMKL's loader do at import: fails where the folder is gone
 args = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a)
-run = Path(args["training.log_dir"]) / args["training.run_name"]
+run = Path(args["training.run.log_dir"]) / args["training.run.run_name"]
 (run / "checkpoints").mkdir(parents=True)
 (run / "metrics.jsonl").write_text(json.dumps({"cwd": cwd, "unilab": unilab.__file__}) + "\\n")
 (run / "checkpoints" / "iter_0000500.pt").write_bytes(b"x")

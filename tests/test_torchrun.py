@@ -22,8 +22,8 @@ from unilab.runtime.rank_watch import BEAT_S, SILENT_AFTER_S
 from unilab.world import WorldError, from_environment, rank_seed
 
 ROOT = Path(__file__).resolve().parents[1]
-SMOKE = ["+preset=cpu_smoke", "task.num_envs=8", "training.logger=[]", "training.no_play=true", "algo.batch_size=32"]
-RUN = "tr"  # training.run_name: the same on both nodes
+SMOKE = ["+preset=cpu_smoke", "task.num_envs=8", "training.outputs.logger=[]", "training.outputs.no_play=true", "algo.batch_size=32"]
+RUN = "tr"  # training.run.run_name: the same on both nodes
 # A killed rank is named by the other within the rank watch's silence bound (SILENT_AFTER_S + BEAT_S); that rank then
 # stops within the supervisor's grace (STOP_GRACE_S). The cause it records names the rank watch; the tests wait
 # RUN_TIMEOUT_S for it, a bound for a hang only (without the watch, the survivor would wait in its collective).
@@ -52,7 +52,7 @@ class Node:
         self.log = log_dir.parent / f"node{node_rank}.log"
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node_rank),
                "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port),
-               "-m", "unilab.cli.train", *SMOKE, f"training.log_dir={log_dir}", f"training.run_name={RUN}",
+               "-m", "unilab.cli.train", *SMOKE, f"training.run.log_dir={log_dir}", f"training.run.run_name={RUN}",
                *overrides]
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=clean_env(),
@@ -192,8 +192,8 @@ def test_a_rank_that_never_joins_fails_the_rendezvous_in_bounded_time(tmp_path):
     here rank 1 of 2 never starts."""
     env = {**clean_env(), "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_JOB_ID": "4711",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-    cmd = [sys.executable, "-m", "unilab.cli.train", *SMOKE, f"training.log_dir={tmp_path}",
-           "training.dist_timeout_s=5"]
+    cmd = [sys.executable, "-m", "unilab.cli.train", *SMOKE, f"training.run.log_dir={tmp_path}",
+           "training.loop.dist_timeout_s=5"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=ROOT, env=env)
     assert done.returncode == 1, done.stderr[-3000:]  # its own 5 s bound ended the rendezvous (the cause says so)
     run = tmp_path / "fastsac_g1_walk_flat_job4711"  # the name every rank derives from the job id
@@ -237,7 +237,7 @@ def test_torchrun_and_srun_environments_describe_a_rank():
 
 
 def test_rank_seeds_follow_one_rule():
-    # single-host ranks and torchrun ranks alike: training.seed + 1000 x the global rank
+    # single-host ranks and torchrun ranks alike: training.run.seed + 1000 x the global rank
     assert [rank_seed(7, r) for r in range(3)] == [7, 1007, 2007]
 
 
@@ -251,21 +251,21 @@ def _as_rank(monkeypatch, rank: int, **extra: str) -> None:
 
 
 @pytest.mark.parametrize("overrides,expected", [
-    (["training.devices=[0,1]"], "training.devices=[0, 1] under torchrun (rank 1 of 2)"),
-    (["training.resume=runs/x"], "training.resume under torchrun"),
+    (["training.run.devices=[0,1]"], "training.run.devices=[0, 1] under torchrun (rank 1 of 2)"),
+    (["training.run.resume=runs/x"], "training.run.resume under torchrun"),
     ([], "no run name under torchrun"),
 ])
 def test_a_torchrun_rank_refuses_what_it_cannot_honour(monkeypatch, tmp_path, capsys, spies, overrides, expected):
     _as_rank(monkeypatch, 1)
-    name = [] if not overrides else ["training.run_name=x"]
-    assert run_train(*SMOKE, f"training.log_dir={tmp_path / 'runs'}", *name, *overrides) == 2
+    name = [] if not overrides else ["training.run.run_name=x"]
+    assert run_train(*SMOKE, f"training.run.log_dir={tmp_path / 'runs'}", *name, *overrides) == 2
     assert expected in capsys.readouterr().err
     assert not (tmp_path / "runs").exists() and spies[0].calls == []
 
 
 def test_a_torchrun_rank_takes_the_gpu_of_its_local_rank(monkeypatch, capsys, spies):
     _as_rank(monkeypatch, 1, LOCAL_RANK="1")
-    assert run_train("training.device=cuda:1", "training.run_name=x") == 2
+    assert run_train("training.run.device=cuda:1", "training.run.run_name=x") == 2
     assert "each rank takes cuda:LOCAL_RANK (here cuda:1)" in capsys.readouterr().err
 
 
@@ -274,7 +274,7 @@ def test_each_rank_claims_its_own_directory_of_the_shared_run(monkeypatch, tmp_p
     log_dir = tmp_path / "runs"
     for rank in (1, 0):  # rank 1 may come first on a shared filesystem
         _as_rank(monkeypatch, rank)
-        assert run_train(*SMOKE, f"training.log_dir={log_dir}", "training.run_name=shared") == 0
+        assert run_train(*SMOKE, f"training.run.log_dir={log_dir}", "training.run.run_name=shared") == 0
         prepared = launcher.calls[-1][0][0]
         prepared.lock.release()
         assert prepared.run_dir == log_dir / "shared" and prepared.world.rank == rank
@@ -283,8 +283,8 @@ def test_each_rank_claims_its_own_directory_of_the_shared_run(monkeypatch, tmp_p
     # a second run of the same name: refused on either rank, nothing else created
     for rank in (0, 1):
         _as_rank(monkeypatch, rank)
-        assert run_train(*SMOKE, f"training.log_dir={log_dir}", "training.run_name=shared") == 2
-        assert "give this run another training.run_name" in capsys.readouterr().err
+        assert run_train(*SMOKE, f"training.run.log_dir={log_dir}", "training.run.run_name=shared") == 2
+        assert "give this run another training.run.run_name" in capsys.readouterr().err
     assert sorted(p.name for p in (log_dir / "shared").iterdir()) == [
         "rank_1", "run.lock", "run_config.json", "runtime_manifest.json"]
 
@@ -294,7 +294,7 @@ def test_merge_ranks_refuses_what_is_not_one_run(monkeypatch, tmp_path, capsys, 
     node0, node1 = tmp_path / "node0", tmp_path / "node1"
     for rank, log_dir in ((0, node0), (1, node1)):
         _as_rank(monkeypatch, rank)
-        assert run_train(*SMOKE, f"training.log_dir={log_dir}", "training.run_name=r") == 0
+        assert run_train(*SMOKE, f"training.run.log_dir={log_dir}", "training.run.run_name=r") == 0
         spies[0].calls[-1][0][0].lock.release()
     target, source = node0 / "r", node1 / "r"
 
@@ -306,7 +306,7 @@ def test_merge_ranks_refuses_what_is_not_one_run(monkeypatch, tmp_path, capsys, 
     assert "no rank directory" in refused(target, node1)
     assert "not a directory" in refused(target, tmp_path / "missing")
     config = json.loads((source / "rank_1" / "run_config.json").read_text())
-    config["training"]["seed"] = 2
+    config["training"]["run"]["seed"] = 2
     (source / "rank_1" / "run_config.json").write_text(json.dumps(config))
-    assert "rank 1 ran with another config than rank 0 (training.seed)" in refused(target, source)
+    assert "rank 1 ran with another config than rank 0 (training.run.seed)" in refused(target, source)
     assert not (target / "rank_1").exists()  # nothing copied by a refused merge

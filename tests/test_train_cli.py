@@ -18,14 +18,14 @@ from unilab.cli.tools import main as tools_main
 
 def test_default_composes_and_records_effective_null(tmp_path, spies, capsys):
     log_dir = tmp_path / "runs"
-    assert run_train("training.device=cpu", f"training.log_dir={log_dir}") == 0
+    assert run_train("training.run.device=cpu", f"training.run.log_dir={log_dir}") == 0
     (run,) = run_dirs(log_dir)
     manifest = json.loads((run / "runtime_manifest.json").read_text())
     sharing = manifest["cuda_process_sharing"]
     assert sharing["configured"] is None and sharing["effective"] is None
     assert sharing["schema_version"] == 1 and sharing["probed_at"]
     config = json.loads((run / "run_config.json").read_text())
-    assert config["training"]["cuda_process_sharing"] is None
+    assert config["training"]["mps"]["cuda_process_sharing"] is None
     assert "execution_evidence" not in config
     launcher, _ = spies
     assert len(launcher.calls) == 1
@@ -37,7 +37,7 @@ def test_mps_on_this_host_fails_closed(tmp_path, spies, capsys, monkeypatch):
 
     monkeypatch.setattr(host_mod, "SystemNvml", lambda: FakeNvml(available=False))
     log_dir = tmp_path / "runs"
-    assert run_train("+execution=mps", f"training.log_dir={log_dir}") == 2
+    assert run_train("+execution=mps", f"training.run.log_dir={log_dir}") == 2
     err = capsys.readouterr().err
     assert "nvml_available" in err and "fix:" in err
     assert "Traceback" not in err
@@ -55,7 +55,7 @@ def test_cfg_resolve_fails_with_the_same_diagnostic(tmp_path, spies, capsys, fak
 
 def test_cpu_learner_with_mps_fails_closed(tmp_path, spies, capsys, fake_host):
     log_dir = tmp_path / "runs"
-    assert run_train("+execution=mps", "training.device=cpu", f"training.log_dir={log_dir}") == 2
+    assert run_train("+execution=mps", "training.run.device=cpu", f"training.run.log_dir={log_dir}") == 2
     assert "learner_cuda" in capsys.readouterr().err
     assert not log_dir.exists() and spies[0].calls == []
 
@@ -67,7 +67,7 @@ def test_cpu_learner_with_mps_fails_closed(tmp_path, spies, capsys, fake_host):
 ])
 def test_bad_thread_share_fails_before_the_run(tmp_path, spies, capsys, fake_host, daemon, mode, share, needle):
     log_dir = tmp_path / "runs"
-    code = run_train(mode, f"training.mps_active_thread_percentage.learner={share}", f"training.log_dir={log_dir}")
+    code = run_train(mode, f"training.mps.mps_active_thread_percentage.learner={share}", f"training.run.log_dir={log_dir}")
     assert code == 2 and needle in capsys.readouterr().err
     assert run_dirs(log_dir) == [] and spies[0].calls == []
 
@@ -79,7 +79,7 @@ def test_bad_thread_share_fails_before_the_run(tmp_path, spies, capsys, fake_hos
 def test_bad_client_priority_fails_before_the_run(tmp_path, spies, capsys, fake_host, daemon, mode, priority,
                                                   needle):
     log_dir = tmp_path / "runs"
-    code = run_train(mode, f"training.mps_client_priority.collector={priority}", f"training.log_dir={log_dir}")
+    code = run_train(mode, f"training.mps.mps_client_priority.collector={priority}", f"training.run.log_dir={log_dir}")
     assert code == 2 and needle in capsys.readouterr().err
     assert run_dirs(log_dir) == [] and spies[0].calls == []
 
@@ -88,38 +88,38 @@ def test_bad_client_priority_fails_before_the_run(tmp_path, spies, capsys, fake_
 def test_bad_algo_setting_fails_before_the_run(tmp_path, spies, capsys, algo):
     # The algorithm's own checks (its schema's __post_init__) run before anything is created.
     log_dir = tmp_path / "runs"
-    code = run_train(f"algo={algo}", "algo.compile_mode=max-autotune", f"training.log_dir={log_dir}")
+    code = run_train(f"algo={algo}", "algo.compile_mode=max-autotune", f"training.run.log_dir={log_dir}")
     assert code == 2 and "algo.compile_mode='max-autotune': choose one of" in capsys.readouterr().err
     assert run_dirs(log_dir) == [] and spies[0].calls == []
 
 
 def test_mps_valid_writes_evidence(tmp_path, spies, fake_host, daemon):
     log_dir = tmp_path / "runs"
-    assert run_train("+execution=mps", f"training.log_dir={log_dir}") == 0
+    assert run_train("+execution=mps", f"training.run.log_dir={log_dir}") == 0
     (run,) = run_dirs(log_dir)
     sharing = json.loads((run / "runtime_manifest.json").read_text())["cuda_process_sharing"]
     assert sharing["configured"] == "mps" and sharing["validated"] is True
     assert sharing["gpu_uuid"] == GPU_A.uuid
     assert sharing["control_pipe"] == str(daemon.control)
     assert sharing["control_daemon_pid"] == os.getpid() and sharing["server_pid"] is None
-    assert json.loads((run / "run_config.json").read_text())["training"]["cuda_process_sharing"] == "mps"
+    assert json.loads((run / "run_config.json").read_text())["training"]["mps"]["cuda_process_sharing"] == "mps"
 
 
 @pytest.mark.parametrize(
     "override, needle",
     [
-        ("training.cuda_process_sharing=mpss", "expected one of [mps]"),
-        ("training.cuda_process_sharing=MPS", "expected one of [mps]"),
-        ("training.cuda_process_sharing=' mps '", "expected one of [mps]"),
+        ("training.mps.cuda_process_sharing=mpss", "expected one of [mps]"),
+        ("training.mps.cuda_process_sharing=MPS", "expected one of [mps]"),
+        ("training.mps.cuda_process_sharing=' mps '", "expected one of [mps]"),
         ("training.no_such_key=1", "no_such_key"),
-        ("training.seed=abc", "training.seed"),
+        ("training.run.seed=abc", "training.run.seed"),
         ("+execution=mpss", "execution=mpss: no such execution; did you mean mps?"),
         ("execution_evidence=forged", "execution_evidence"),
     ],
 )
 def test_bad_keys_and_values_fail_at_compose(tmp_path, spies, capsys, override, needle):
     log_dir = tmp_path / "runs"
-    assert run_train(override, f"training.log_dir={log_dir}") == 2
+    assert run_train(override, f"training.run.log_dir={log_dir}") == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err
     assert not log_dir.exists() and spies[0].calls == []
@@ -127,7 +127,7 @@ def test_bad_keys_and_values_fail_at_compose(tmp_path, spies, capsys, override, 
 
 def test_multirun_composes_two_jobs(tmp_path, spies, fake_host, daemon):
     log_dir = tmp_path / "runs"
-    assert run_train("-m", "+execution=default,mps", f"training.log_dir={log_dir}") == 0
+    assert run_train("-m", "+execution=default,mps", f"training.run.log_dir={log_dir}") == 0
     runs = run_dirs(log_dir)
     modes = sorted(str(json.loads((r / "runtime_manifest.json").read_text())["cuda_process_sharing"]["configured"])
                    for r in runs)
@@ -139,20 +139,20 @@ def test_multirun_composes_two_jobs(tmp_path, spies, fake_host, daemon):
 
 def test_config_diff_shows_only_the_mode(tmp_path, spies, fake_host, daemon, capsys):
     log_dir = tmp_path / "runs"
-    run_train("+execution=default", f"training.log_dir={log_dir}", "training.run_name=a")
-    run_train("+execution=mps", f"training.log_dir={log_dir}", "training.run_name=b")
+    run_train("+execution=default", f"training.run.log_dir={log_dir}", "training.run.run_name=a")
+    run_train("+execution=mps", f"training.run.log_dir={log_dir}", "training.run.run_name=b")
     capsys.readouterr()
-    assert tools_main(["config", "diff", str(log_dir / "a"), str(log_dir / "b"), "--ignore", "training.run_name"]) == 1
+    assert tools_main(["config", "diff", str(log_dir / "a"), str(log_dir / "b"), "--ignore", "training.run.run_name"]) == 1
     out = capsys.readouterr().out.strip().splitlines()
-    assert out == ['training.cuda_process_sharing  null -> "mps"']
+    assert out == ['training.mps.cuda_process_sharing  null -> "mps"']
     assert tools_main(["config", "diff", str(log_dir / "a"), str(log_dir / "a")]) == 0
     assert tools_main(["config", "diff", str(log_dir / "a"), str(log_dir / "missing")]) == 2
 
 
 def test_short_form_maps_onto_groups(tmp_path, spies):
     log_dir = tmp_path / "runs"
-    args = ["--algo", "fastsac", "--task=g1_walk_flat", "--sim", "mjwarp", "training.device=cpu",
-            f"training.log_dir={log_dir}"]
+    args = ["--algo", "fastsac", "--task=g1_walk_flat", "--sim", "mjwarp", "training.run.device=cpu",
+            f"training.run.log_dir={log_dir}"]
     assert run_train(*args) == 0
     (run,) = run_dirs(log_dir)
     config = json.loads((run / "run_config.json").read_text())
@@ -161,7 +161,7 @@ def test_short_form_maps_onto_groups(tmp_path, spies):
 
 def test_sac_is_an_alias_of_fastsac(tmp_path, spies):
     log_dir = tmp_path / "runs"
-    assert run_train("--algo", "sac", "training.device=cpu", f"training.log_dir={log_dir}") == 0
+    assert run_train("--algo", "sac", "training.run.device=cpu", f"training.run.log_dir={log_dir}") == 0
     (run,) = run_dirs(log_dir)
     assert json.loads((run / "run_config.json").read_text())["algo"]["name"] == "fastsac"
 
@@ -194,7 +194,7 @@ def test_console_script_fails_closed_without_importing_cuda_libraries(tmp_path):
     )
     env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=str(tmp_path / "none"))
     done = subprocess.run(
-        [sys.executable, "-c", script, "+execution=mps", "training.device=cpu", f"training.log_dir={log_dir}"],
+        [sys.executable, "-c", script, "+execution=mps", "training.run.device=cpu", f"training.run.log_dir={log_dir}"],
         capture_output=True, text=True, env=env, timeout=120,
     )
     assert "RESULT 2 False False False" in done.stdout, done.stdout + done.stderr
@@ -207,9 +207,9 @@ def test_cuda_device_without_a_gpu_fails_before_anything_exists(tmp_path, spies,
 
     monkeypatch.setattr(host_mod, "SystemNvml", lambda: FakeNvml(available=False))
     log_dir = tmp_path / "runs"
-    assert run_train("training.device=cuda:0", f"training.log_dir={log_dir}") == 2
+    assert run_train("training.run.device=cuda:0", f"training.run.log_dir={log_dir}") == 2
     err = capsys.readouterr().err
-    assert "training.device=cpu" in err and "Traceback" not in err
+    assert "training.run.device=cpu" in err and "Traceback" not in err
     assert not log_dir.exists() and spies[0].calls == []
 
 
@@ -224,35 +224,35 @@ def test_cuda_device_without_a_gpu_fails_before_anything_exists(tmp_path, spies,
     ("algo.save_interval=0", "algo.save_interval=0: expected an integer in [1, 1000000000]"),
     ("algo.max_iterations=0", "algo.max_iterations=0: expected an integer in [1, "),
     ("algo.max_iterations=-5", "algo.max_iterations=-5: expected an integer in [1, "),
-    ("training.keep_checkpoints=0", "training.keep_checkpoints=0: expected null (keep every checkpoint) or a count"),
-    ("training.keep_checkpoints=-1", "training.keep_checkpoints=-1: expected null (keep every checkpoint) or a count"),
-    ("training.env_steps_per_sync=0", "training.env_steps_per_sync=0: expected an integer >= 1"),
-    ("training.ingress_slots=0", "training.ingress_slots=0: expected an integer in [1, 256]"),
+    ("training.outputs.keep_checkpoints=0", "training.outputs.keep_checkpoints=0: expected null (keep every checkpoint) or a count"),
+    ("training.outputs.keep_checkpoints=-1", "training.outputs.keep_checkpoints=-1: expected null (keep every checkpoint) or a count"),
+    ("training.loop.env_steps_per_sync=0", "training.loop.env_steps_per_sync=0: expected an integer >= 1"),
+    ("training.loop.ingress_slots=0", "training.loop.ingress_slots=0: expected an integer in [1, 256]"),
     ("sim.timestep=0", "sim.timestep=0.0: expected a number in (0, 0.1]"),
     ("sim.timestep=-0.005", "sim.timestep=-0.005: expected a number in (0, 0.1]"),
     ("sim.iterations=0", "sim.iterations=0: expected an integer in [1, 1000]"),
     ("sim.ls_iterations=-1", "sim.ls_iterations=-1: expected an integer in [1, 1000]"),
     ("sim.overflow=bogus", "sim.overflow='bogus': expected one of error, count"),
-    ("training.device=gpu", "training.device='gpu': expected cpu, cuda or cuda:N"),
+    ("training.run.device=gpu", "training.run.device='gpu': expected cpu, cuda or cuda:N"),
     ("algo.v_min=20", "algo.v_min=20.0: expected less than algo.v_max=20.0"),
     ("algo.v_min=30", "algo.v_min=30.0: expected less than algo.v_max=20.0"),
     ("algo.gamma=0", "algo.gamma=0.0: expected a number in (0, 1] (a discount)"),
     ("algo.gamma=1.01", "algo.gamma=1.01: expected a number in (0, 1] (a discount)"),
     ("algo.gamma=nan", "algo.gamma=nan: expected a number in (0, 1] (a discount)"),
-    ("training.resume_refill_fraction=-0.1", "training.resume_refill_fraction=-0.1: expected a number in [0, 1] "
+    ("training.run.resume_refill_fraction=-0.1", "training.run.resume_refill_fraction=-0.1: expected a number in [0, 1] "
                                              "(a share of the replay capacity)"),
-    ("training.resume_refill_fraction=1.5", "training.resume_refill_fraction=1.5: expected a number in [0, 1]"),
-    ("training.run_name=../x", "training.run_name='../x': expected a name relative to training.log_dir"),
-    ("training.run_name=a/../../x", "training.run_name='a/../../x': expected a name relative to training.log_dir"),
-    ("training.run_name=/tmp/elsewhere", "training.run_name='/tmp/elsewhere': a run name is a name, not a path; give "
-                                         "the folder as training.log_dir: training.log_dir=/tmp "
-                                         "training.run_name=elsewhere"),
-    ("training.run_name=" + "x" * 300, "name too long (300 bytes in one folder name; at most 251: file systems take "
+    ("training.run.resume_refill_fraction=1.5", "training.run.resume_refill_fraction=1.5: expected a number in [0, 1]"),
+    ("training.run.run_name=../x", "training.run.run_name='../x': expected a name relative to training.run.log_dir"),
+    ("training.run.run_name=a/../../x", "training.run.run_name='a/../../x': expected a name relative to training.run.log_dir"),
+    ("training.run.run_name=/tmp/elsewhere", "training.run.run_name='/tmp/elsewhere': a run name is a name, not a path; give "
+                                         "the folder as training.run.log_dir: training.run.log_dir=/tmp "
+                                         "training.run.run_name=elsewhere"),
+    ("training.run.run_name=" + "x" * 300, "name too long (300 bytes in one folder name; at most 251: file systems take "
                                        "255 bytes per name, less room for the _N that a taken name gets); choose a "
-                                       "shorter training.run_name"),
-    ("training.run_name=" + "x" * 252, "name too long (252 bytes"),
-    ("training.run_name='" + "é" * 128 + "'", "name too long (256 bytes"),  # bytes, not characters
-    ("training.run_name=" + "d" * 256 + "/r", "name too long (256 bytes in one folder name; at most 255: file "
+                                       "shorter training.run.run_name"),
+    ("training.run.run_name=" + "x" * 252, "name too long (252 bytes"),
+    ("training.run.run_name='" + "é" * 128 + "'", "name too long (256 bytes"),  # bytes, not characters
+    ("training.run.run_name=" + "d" * 256 + "/r", "name too long (256 bytes in one folder name; at most 255: file "
                                              "systems take 255 bytes per name); choose"),
     # Accepted at compose before every number had a range (policy_delay: refused only once the learner started):
     ("algo.tau=5", "algo.tau=5.0: expected a number in (0, 1]"),
@@ -267,8 +267,8 @@ def test_cuda_device_without_a_gpu_fails_before_anything_exists(tmp_path, spies,
                                     "sim.timestep x sim.decimation = 0.02 s"),
     ("sim.decimation=1000000000", "sim.decimation=1000000000: expected an integer in [1, 200]"),
     ("sim.backend=''", "sim.backend='': expected one of mjwarp"),
-    ("training.seed=9223372036854775808", "training.seed=9223372036854775808: expected an integer in"),
-    ("training.run_name=.", "training.run_name='.': expected a name relative to training.log_dir"),
+    ("training.run.seed=9223372036854775808", "training.run.seed=9223372036854775808: expected an integer in"),
+    ("training.run.run_name=.", "training.run.run_name='.': expected a name relative to training.run.log_dir"),
     # Sizes the simulator cannot hold (Warp's 32-bit array sizes; unilab.config.sizes):
     ("sim.nconmax=100000000", "task.num_envs=4096: expected at most 21 envs (or a lower sim.nconmax=100000000)"),
     ("sim.njmax=100000000", "sim.njmax=100000000: expected at most 11184800 constraint rows per world"),
@@ -280,8 +280,8 @@ def test_out_of_range_values_fail_at_compose(tmp_path, spies, capsys, override, 
     """Each value is checked beside its field (its schema's __post_init__) and refused before anything exists:
     exit 2, the key, its value and the allowed range on the console, no run directory."""
     log_dir = tmp_path / "runs"
-    device = [] if override.startswith("training.device=") else ["training.device=cpu"]
-    assert run_train(*device, override, f"training.log_dir={log_dir}") == 2
+    device = [] if override.startswith("training.run.device=") else ["training.run.device=cpu"]
+    assert run_train(*device, override, f"training.run.log_dir={log_dir}") == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err
     assert not log_dir.exists() and not (tmp_path / "x").exists() and spies[0].calls == []
@@ -289,7 +289,7 @@ def test_out_of_range_values_fail_at_compose(tmp_path, spies, capsys, override, 
 
 def test_a_run_name_at_the_length_limit_is_taken(tmp_path, spies):
     log_dir = tmp_path / "runs"
-    assert run_train("training.device=cpu", f"training.log_dir={log_dir}", "training.run_name=" + "x" * 251) == 0
+    assert run_train("training.run.device=cpu", f"training.run.log_dir={log_dir}", "training.run.run_name=" + "x" * 251) == 0
     assert (log_dir / ("x" * 251)).is_dir()
 
 
@@ -298,9 +298,9 @@ def test_a_run_directory_path_too_long_for_the_system_creates_nothing(tmp_path, 
     fix is a shorter name, not a writable log_dir."""
     room = 4030 - len(str(tmp_path))  # log_dir and log_dir/r fit in PATH_MAX (4,096 bytes), the run name does not
     log_dir = tmp_path.joinpath(*["d" * 250] * (room // 251), "d" * (room % 251 - 1))
-    assert run_train("training.device=cpu", f"training.log_dir={log_dir}", "training.run_name=r/" + "x" * 250) == 2
+    assert run_train("training.run.device=cpu", f"training.run.log_dir={log_dir}", "training.run.run_name=r/" + "x" * 250) == 2
     err = capsys.readouterr().err
-    assert "File name too long; choose a shorter training.run_name" in err, err
+    assert "File name too long; choose a shorter training.run.run_name" in err, err
     assert "writable" not in err and "Traceback" not in err
     assert list(tmp_path.iterdir()) == [] and spies[0].calls == []
 
@@ -319,8 +319,8 @@ def test_bad_motion_file_fails_at_compose(tmp_path, spies, capsys, content, need
     elif content is not None:
         np.savez(clip, **content)
     log_dir = tmp_path / "runs"
-    code = run_train("--task", "g1_motion_tracking", "training.device=cpu", f"task.motion_file={clip}",
-                     f"training.log_dir={log_dir}")
+    code = run_train("--task", "g1_motion_tracking", "training.run.device=cpu", f"task.motion_file={clip}",
+                     f"training.run.log_dir={log_dir}")
     err = capsys.readouterr().err
     assert code == 2 and f"task.motion_file='{clip}': expected a G1 motion clip" in err and needle in err
     assert not log_dir.exists() and spies[0].calls == []
@@ -330,8 +330,8 @@ def test_a_valid_motion_file_composes(tmp_path, spies):
     from unilab.motion.default_clip import default_clip_path
 
     log_dir = tmp_path / "runs"
-    assert run_train("--task", "g1_motion_tracking", "training.device=cpu", f"task.motion_file={default_clip_path()}",
-                     f"training.log_dir={log_dir}") == 0
+    assert run_train("--task", "g1_motion_tracking", "training.run.device=cpu", f"task.motion_file={default_clip_path()}",
+                     f"training.run.log_dir={log_dir}") == 0
     assert len(run_dirs(log_dir)) == 1
 
 
@@ -355,7 +355,7 @@ def test_a_clip_with_an_absurd_frame_rate_is_refused_by_every_entry_point(tmp_pa
     clip = _clip_file(tmp_path / "fast.npz", 2.0, stored_fps=1e12)
     good = _clip_file(tmp_path / "good.npz", 2.0)
     log_dir = tmp_path / "runs"
-    args = ["--task", "g1_motion_tracking", "training.device=cpu", f"training.log_dir={log_dir}"]
+    args = ["--task", "g1_motion_tracking", "training.run.device=cpu", f"training.run.log_dir={log_dir}"]
     if entry == "sweep":
         args = ["-m", *args, f"task.motion_file={good},{clip}"]
     else:
@@ -372,8 +372,8 @@ def test_a_clip_must_last_a_few_control_steps(tmp_path, spies, capsys, decimatio
     sim.decimation=1 (0.005 s) the same clip lasts 8 control steps and is accepted: the check reads the control step."""
     clip = _clip_file(tmp_path / "short.npz", 0.04)
     log_dir = tmp_path / "runs"
-    assert run_train("--task", "g1_motion_tracking", "training.device=cpu", f"task.motion_file={clip}",
-                     f"sim.decimation={decimation}", f"training.log_dir={log_dir}") == code
+    assert run_train("--task", "g1_motion_tracking", "training.run.device=cpu", f"task.motion_file={clip}",
+                     f"sim.decimation={decimation}", f"training.run.log_dir={log_dir}") == code
     if code:
         err = capsys.readouterr().err
         assert "clips of at least 5 control steps of 0.02 s = 0.1 s" in err and "'short' lasts 0.04 s" in err
@@ -386,7 +386,7 @@ def test_a_clip_must_last_a_few_control_steps(tmp_path, spies, capsys, decimatio
 def test_an_appended_key_the_schema_lacks_is_refused(tmp_path, spies, capsys, override):
     """`+key=value` adds a key past Hydra's check: refused like the override without `+`."""
     log_dir = tmp_path / "runs"
-    assert run_train("training.device=cpu", override, f"training.log_dir={log_dir}") == 2
+    assert run_train("training.run.device=cpu", override, f"training.run.log_dir={log_dir}") == 2
     err = capsys.readouterr().err
     key = override[1:].partition("=")[0]
     assert f"{key}: no such key" in err and "Traceback" not in err
@@ -395,24 +395,24 @@ def test_an_appended_key_the_schema_lacks_is_refused(tmp_path, spies, capsys, ov
 
 def test_the_unknown_key_message_does_not_recommend_appending(tmp_path, spies, capsys):
     log_dir = tmp_path / "runs"
-    assert run_train("training.some_typo=1", f"training.log_dir={log_dir}") == 2
+    assert run_train("training.some_typo=1", f"training.run.log_dir={log_dir}") == 2
     err = capsys.readouterr().err
     assert "some_typo" in err and "+training.some_typo" not in err and "append" not in err
 
 
 @pytest.mark.parametrize("override", ["training.learner_device=cuda:1", "training.collector_device=cuda:1"])
 def test_per_role_devices_are_not_keys(tmp_path, spies, capsys, override):
-    """Both roles of a rank run on training.device: a per-role device, which the probe and the manifest
+    """Both roles of a rank run on training.run.device: a per-role device, which the probe and the manifest
     recorded but the launcher never used, is refused."""
     log_dir = tmp_path / "runs"
-    assert run_train("training.device=cpu", override, f"training.log_dir={log_dir}") == 2
+    assert run_train("training.run.device=cpu", override, f"training.run.log_dir={log_dir}") == 2
     assert override.partition("=")[0] in capsys.readouterr().err
     assert not log_dir.exists() and spies[0].calls == []
 
 
 def test_manifest_devices_are_the_placement(tmp_path, spies):
     log_dir = tmp_path / "runs"
-    assert run_train("training.device=cpu", f"training.log_dir={log_dir}") == 0
+    assert run_train("training.run.device=cpu", f"training.run.log_dir={log_dir}") == 0
     (run,) = run_dirs(log_dir)
     sharing = json.loads((run / "runtime_manifest.json").read_text())["cuda_process_sharing"]
     assert sharing["learner_device"] == sharing["collector_device"] == "cpu"
@@ -438,9 +438,9 @@ def test_unusable_log_dir_fails_before_the_run(tmp_path, spies, capsys, monkeypa
             return real_mkdir(self, *args, **kwargs)
 
         monkeypatch.setattr(Path, "mkdir", mkdir)
-    assert run_train("training.device=cpu", f"training.log_dir={log_dir}", "training.run_name=r") == 2
+    assert run_train("training.run.device=cpu", f"training.run.log_dir={log_dir}", "training.run.run_name=r") == 2
     err = capsys.readouterr().err
-    assert f"training.log_dir={log_dir}" in err and "Traceback" not in err
+    assert f"training.run.log_dir={log_dir}" in err and "Traceback" not in err
     assert ("Permission denied" if where == "read_only" else "Not a directory") in err
     assert spies[0].calls == []
 
@@ -453,7 +453,7 @@ def resumable(tmp_path, spies):
     from unilab.rundir.checkpoint import save_checkpoint
 
     log_dir = tmp_path / "runs"
-    assert run_train("+preset=cpu_smoke", f"training.log_dir={log_dir}", "training.run_name=r") == 0
+    assert run_train("+preset=cpu_smoke", f"training.run.log_dir={log_dir}", "training.run.run_name=r") == 0
     run = log_dir / "r"
     for iteration in (10, 20):
         save_checkpoint(run, iteration, 16 * iteration, {})
@@ -463,7 +463,7 @@ def resumable(tmp_path, spies):
 
 
 def resume(run, *args) -> int:
-    return run_train("+preset=cpu_smoke", f"training.log_dir={run.parent}", f"training.resume={run}", *args)
+    return run_train("+preset=cpu_smoke", f"training.run.log_dir={run.parent}", f"training.run.resume={run}", *args)
 
 
 def untouched(run) -> bool:
@@ -482,7 +482,7 @@ def test_both_roles_start_at_the_resumed_iteration(resumable):
     spec = _role_spec(prepared, "cpu", ONE_RANK)
     assert spec.resume.iteration == 20 and spec.start_iteration == 20
     assert spec.resume.checkpoint.endswith("iter_0000020.pt")
-    assert spec.training.seed == prepared.config.training.seed and spec.task.num_envs == prepared.config.task.num_envs
+    assert spec.training.run.seed == prepared.config.training.run.seed and spec.task.num_envs == prepared.config.task.num_envs
 
 
 def test_resume_tolerates_a_torn_last_metrics_line(resumable, capsys):
@@ -610,14 +610,14 @@ def test_a_run_dir_in_use_is_refused_naming_the_holder(resumable, capsys):
     assert resume(run) == 0  # released: the resume goes ahead
 
 
-@pytest.mark.parametrize("key", ["mps_probe_timeout_s", "mps_attach_timeout_s", "stall_timeout_s",
-                                 "startup_timeout_s", "dist_timeout_s"])
+@pytest.mark.parametrize("key", ["mps.mps_probe_timeout_s", "mps.mps_attach_timeout_s", "loop.stall_timeout_s",
+                                 "loop.startup_timeout_s", "loop.dist_timeout_s"])
 @pytest.mark.parametrize("value", ["inf", "nan", "0", "-1", "1e308", "604801"])
 def test_timeouts_are_range_checked_at_compose(tmp_path, spies, capsys, key, value):
     """An infinite timeout waits for ever, zero or less never waits, one past a week is no timeout anyone means
     (and Python's waits refuse those past threading.TIMEOUT_MAX): exit 2 before anything exists."""
     log_dir = tmp_path / "runs"
-    assert run_train(f"training.{key}={value}", f"training.log_dir={log_dir}") == 2
+    assert run_train(f"training.{key}={value}", f"training.run.log_dir={log_dir}") == 2
     err = capsys.readouterr().err
     assert f"training.{key}=" in err and "expected a number in (0, 604800] (seconds, at most a week)" in err, err
     assert "Traceback" not in err and not log_dir.exists() and spies[0].calls == []
@@ -640,8 +640,8 @@ def test_the_manifest_records_the_source_and_the_versions(tmp_path):
         "main(sys.argv[1:])\n"
         "print('RESULT', *(m in sys.modules for m in ('torch', 'warp', 'mujoco_warp')))\n"
     )
-    done = subprocess.run([sys.executable, "-c", script, "training.device=cpu", f"training.log_dir={log_dir}",
-                           "training.run_name=r"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", script, "training.run.device=cpu", f"training.run.log_dir={log_dir}",
+                           "training.run.run_name=r"], capture_output=True, text=True, timeout=120)
     assert "RESULT False False False" in done.stdout, done.stdout + done.stderr
     manifest = json.loads((log_dir / "r" / "runtime_manifest.json").read_text())
     root = Path(__file__).resolve().parents[1]
@@ -665,7 +665,7 @@ def test_the_manifest_records_the_source_and_the_versions(tmp_path):
                             "g1_walk_flat"),
     (("--algo", "fastsak"), "algo=fastsak: no such algo; did you mean fastsac"),
     (("task.num_env=8",), "task.num_env: no such key in task; did you mean num_envs"),
-    (("training.seeed=3",), "training.seeed: no such key in training; did you mean seed?"),
+    (("training.seeed=3",), "training.seeed: no such key in training; did you mean run.seed?"),
     (("Mjlab-Velocity-Flat-Unitree-G1",), "Mjlab-Velocity-Flat-Unitree-G1: not a key=value override. Tasks are chosen "
                                           "with --task NAME (available: g1_motion_tracking, g1_walk_flat)"),
 ])
@@ -673,7 +673,7 @@ def test_common_slips_get_a_suggestion_in_unilab_terms(tmp_path, capsys, args, s
     """A typo or an mjlab habit gets the nearest choice or key, from the registry and the schema; no Hydra
     internals (schema nodes, the config search path, the override grammar) reach the user."""
     log_dir = tmp_path / "runs"
-    assert run_train(*args, "training.device=cpu", f"training.log_dir={log_dir}") == 2
+    assert run_train(*args, "training.run.device=cpu", f"training.run.log_dir={log_dir}") == 2
     err = capsys.readouterr().err
     assert said in err, err
     for internal in ("_schema", "search path", "provider=", "EQUAL", "hydra.cc"):
@@ -682,19 +682,19 @@ def test_common_slips_get_a_suggestion_in_unilab_terms(tmp_path, capsys, args, s
 
 
 def test_a_config_is_shown_on_a_host_without_a_gpu(tmp_path, monkeypatch, capsys):
-    """`train --cfg job` needs no GPU: it prints the config and notes that a run would refuse training.device=cuda:0
+    """`train --cfg job` needs no GPU: it prints the config and notes that a run would refuse training.run.device=cuda:0
     here; the run itself still exits 2 before anything exists, and +execution=mps still fails in its probe."""
     import unilab.mps.host as host_mod
     from fakes import FakeNvml
 
     monkeypatch.setattr(host_mod, "SystemNvml", lambda: FakeNvml(available=False))
     log_dir = tmp_path / "runs"
-    assert run_train("--cfg", "job", f"training.log_dir={log_dir}") == 0
+    assert run_train("--cfg", "job", f"training.run.log_dir={log_dir}") == 0
     out, err = capsys.readouterr()
-    assert "device: cuda:0" in out and "a run would refuse this config: training.device=cuda:0" in err
-    assert run_train(f"training.log_dir={log_dir}") == 2
+    assert "device: cuda:0" in out and "a run would refuse this config: training.run.device=cuda:0" in err
+    assert run_train(f"training.run.log_dir={log_dir}") == 2
     assert "no NVIDIA GPU can be used here" in capsys.readouterr().err and not log_dir.exists()
-    assert run_train("--cfg", "job", "+execution=mps", f"training.log_dir={log_dir}") == 2
+    assert run_train("--cfg", "job", "+execution=mps", f"training.run.log_dir={log_dir}") == 2
     assert "cannot be honoured" in capsys.readouterr().err
 
 
@@ -707,7 +707,7 @@ def test_no_git_and_no_driver_record_none_and_the_run_goes_ahead(tmp_path, spies
     monkeypatch.setenv("PATH", str(tmp_path / "no-git-here"))
     monkeypatch.setattr(nvml.SystemNvml, "driver_version", no_driver)
     log_dir = tmp_path / "runs"
-    assert run_train("training.device=cpu", f"training.log_dir={log_dir}") == 0
+    assert run_train("training.run.device=cpu", f"training.run.log_dir={log_dir}") == 0
     (run,) = run_dirs(log_dir)
     manifest = json.loads((run / "runtime_manifest.json").read_text())
     assert manifest["source"] == {"git_commit": None, "git_dirty": None}
@@ -742,15 +742,15 @@ def test_the_manifest_schema_lists_source_and_versions(capsys):
 def test_short_form_value_flags(tmp_path, spies):
     log_dir = tmp_path / "runs"
     assert run_train("--num-envs", "8", "--seed=-3", "--max-iterations", "7", "--device", "cpu", "--run-name", "walk",
-                     f"training.log_dir={log_dir}") == 0
+                     f"training.run.log_dir={log_dir}") == 0
     config = json.loads((log_dir / "walk" / "run_config.json").read_text())
-    assert config["task"]["num_envs"] == 8 and config["training"]["seed"] == -3
-    assert config["algo"]["max_iterations"] == 7 and config["training"]["device"] == "cpu"
-    assert config["training"]["run_name"] == "walk"
+    assert config["task"]["num_envs"] == 8 and config["training"]["run"]["seed"] == -3
+    assert config["algo"]["max_iterations"] == 7 and config["training"]["run"]["device"] == "cpu"
+    assert config["training"]["run"]["run_name"] == "walk"
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--seed", "1", "training.seed=2"], "'training.seed' is chosen twice"),
+    (["--seed", "1", "training.run.seed=2"], "'training.run.seed' is chosen twice"),
     (["--num-envs"], "--num-envs needs a value"),
     (["--device", "--seed", "1"], "--device needs a value"),
     (["--algo", "flashsac_schema"], "flashsac_schema holds the defaults"),
@@ -760,8 +760,8 @@ def test_short_form_value_flags(tmp_path, spies):
 ])
 def test_short_form_refusals(tmp_path, spies, capsys, args, needle):
     log_dir = tmp_path / "runs"
-    assert run_train(*args, "training.device=cpu" if "--device" not in args else "x=1",
-                     f"training.log_dir={log_dir}") == 2
+    assert run_train(*args, "training.run.device=cpu" if "--device" not in args else "x=1",
+                     f"training.run.log_dir={log_dir}") == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err
     assert not log_dir.exists() and spies[0].calls == []
@@ -773,9 +773,9 @@ def test_train_help_shows_the_short_form_and_no_schema_nodes():
                           timeout=120)
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    for flag, key in (("--algo NAME", "algo=NAME"), ("--num-envs N", "task.num_envs=N"), ("--seed N", "training.seed=N"),
-                      ("--max-iterations N", "algo.max_iterations=N"), ("--device DEV", "training.device=DEV"),
-                      ("--run-name NAME", "training.run_name=NAME")):
+    for flag, key in (("--algo NAME", "algo=NAME"), ("--num-envs N", "task.num_envs=N"), ("--seed N", "training.run.seed=N"),
+                      ("--max-iterations N", "algo.max_iterations=N"), ("--device DEV", "training.run.device=DEV"),
+                      ("--run-name NAME", "training.run.run_name=NAME")):
         assert re.search(rf"{re.escape(flag)}\s+{re.escape(key)}", out), flag
     assert re.search(r"algo\s+fastsac, flashsac,", out) and "preset     cpu_smoke" in out
     assert "_schema" not in out
@@ -833,7 +833,7 @@ def test_a_sweep_with_a_refused_job_launches_none(tmp_path, sweep_launcher, caps
     the job and its error, and creates nothing."""
     log_dir = tmp_path / "runs"
     spy = sweep_launcher(0, 0)
-    code = run_train("-m", "training.device=cpu", "task.num_envs=8,0,4", f"training.log_dir={log_dir}")
+    code = run_train("-m", "training.run.device=cpu", "task.num_envs=8,0,4", f"training.run.log_dir={log_dir}")
     assert code == 2 and spy.calls == []
     err = capsys.readouterr().err
     assert "job #1 (task.num_envs=0) refused" in err and "task.num_envs=0: expected an integer >= 1" in err
@@ -857,7 +857,7 @@ def test_sweep_runs_every_job_and_exits_with_the_worst(tmp_path, sweep_launcher,
     monkeypatch.setattr(config_pkg, "validate", validate)
     log_dir = tmp_path / "runs"
     spy = sweep_launcher(1, 0)
-    code = run_train("-m", "training.device=cpu", "task.num_envs=8,6,4", f"training.log_dir={log_dir}")
+    code = run_train("-m", "training.run.device=cpu", "task.num_envs=8,6,4", f"training.run.log_dir={log_dir}")
     assert code == 2
     assert calls == [8, 6, 4, 8, 6, 4] and len(spy.calls) == 2  # num_envs=6 was refused at its start
     err = capsys.readouterr().err
@@ -872,15 +872,15 @@ def test_sweep_runs_every_job_and_exits_with_the_worst(tmp_path, sweep_launcher,
 
 def test_sweep_exit_status_is_a_failed_runs_when_no_job_was_refused(tmp_path, sweep_launcher, capsys):
     spy = sweep_launcher(1, 0)
-    assert run_train("-m", "training.device=cpu", "training.seed=1,2", f"training.log_dir={tmp_path}") == 1
+    assert run_train("-m", "training.run.device=cpu", "training.run.seed=1,2", f"training.run.log_dir={tmp_path}") == 1
     assert len(spy.calls) == 2
     spy = sweep_launcher(0, 0)
-    assert run_train("-m", "training.device=cpu", "training.seed=1,2", f"training.log_dir={tmp_path}") == 0
+    assert run_train("-m", "training.run.device=cpu", "training.run.seed=1,2", f"training.run.log_dir={tmp_path}") == 0
 
 
 def test_an_interrupted_job_stops_the_sweep(tmp_path, sweep_launcher, capsys):
     spy = sweep_launcher(1, 130, 0)
-    assert run_train("-m", "training.device=cpu", "training.seed=1,2,3", f"training.log_dir={tmp_path}") == 130
+    assert run_train("-m", "training.run.device=cpu", "training.run.seed=1,2,3", f"training.run.log_dir={tmp_path}") == 130
     assert len(spy.calls) == 2  # the third job never started
     err = capsys.readouterr().err
     assert "unilab: sweep interrupted: 1 failed, 1 interrupted" in err and "#2" not in err
@@ -893,44 +893,44 @@ def test_ctrl_c_outside_a_run_stops_the_sweep(tmp_path, sweep_launcher, capsys, 
     real, seen = prepare_mod.prepare_run, []
 
     def prepare(request, **kw):
-        seen.append(request.config.training.seed)
+        seen.append(request.config.training.run.seed)
         if len(seen) == 2:
             raise KeyboardInterrupt
         return real(request, **kw)
 
     monkeypatch.setattr(prepare_mod, "prepare_run", prepare)
     spy = sweep_launcher(0, 0, 0)
-    assert run_train("-m", "training.device=cpu", "training.seed=1,2,3", f"training.log_dir={tmp_path}") == 130
+    assert run_train("-m", "training.run.device=cpu", "training.run.seed=1,2,3", f"training.run.log_dir={tmp_path}") == 130
     assert seen == [1, 2] and len(spy.calls) == 1
 
 
 def test_sweep_run_names_carry_the_swept_values(tmp_path, sweep_launcher, capsys):
     log_dir = tmp_path / "runs"
     sweep_launcher(0, 0, 0, 0)
-    assert run_train("-m", "training.device=cpu", "+execution=default", "task.num_envs=4,8", "training.seed=1,2",
-                     f"training.log_dir={log_dir}") == 0
+    assert run_train("-m", "training.run.device=cpu", "+execution=default", "task.num_envs=4,8", "training.run.seed=1,2",
+                     f"training.run.log_dir={log_dir}") == 0
     names = sorted(p.name for p in run_dirs(log_dir))
     assert len(names) == 4
     assert sorted(n.split("_g1_walk_flat_")[1] for n in names) == [
         "num_envs-4_seed-1", "num_envs-4_seed-2", "num_envs-8_seed-1", "num_envs-8_seed-2"]
     # a given run_name is left alone (a second job with the same name gets _1, as before)
     sweep_launcher(0, 0)
-    assert run_train("-m", "training.device=cpu", "training.seed=1,2", "training.run_name=mine",
-                     f"training.log_dir={tmp_path / 'named'}") == 0
+    assert run_train("-m", "training.run.device=cpu", "training.run.seed=1,2", "training.run.run_name=mine",
+                     f"training.run.log_dir={tmp_path / 'named'}") == 0
     assert sorted(p.name for p in run_dirs(tmp_path / "named")) == ["mine", "mine_1"]
 
 
 def test_single_runs_keep_the_plain_name(tmp_path, spies):
-    assert run_train("training.device=cpu", "training.seed=3", f"training.log_dir={tmp_path}") == 0
+    assert run_train("training.run.device=cpu", "training.run.seed=3", f"training.run.log_dir={tmp_path}") == 0
     (run,) = run_dirs(tmp_path)
     assert run.name.endswith("_fastsac_g1_walk_flat")
 
 
 def test_the_gate_sweep_names_its_runs_by_mode_and_seed(tmp_path, sweep_launcher, fake_host, daemon):
-    """Sweeps from the config (+bench=offpolicy_gate's training.seed: 1,2) are swept values too."""
+    """Sweeps from the config (+bench=offpolicy_gate's training.run.seed: 1,2) are swept values too."""
     log_dir = tmp_path / "runs"
     sweep_launcher(0, 0, 0, 0)
-    assert run_train("-m", "+execution=default,mps", "+bench=offpolicy_gate", f"training.log_dir={log_dir}") == 0
+    assert run_train("-m", "+execution=default,mps", "+bench=offpolicy_gate", f"training.run.log_dir={log_dir}") == 0
     suffixes = sorted(p.name.split("_g1_walk_flat_")[1] for p in run_dirs(log_dir))
     assert suffixes == ["seed-1_execution-default", "seed-1_execution-mps", "seed-2_execution-default",
                         "seed-2_execution-mps"]
@@ -938,22 +938,22 @@ def test_the_gate_sweep_names_its_runs_by_mode_and_seed(tmp_path, sweep_launcher
 
 def test_dry_run_lists_the_jobs_and_creates_nothing(tmp_path, spies, capsys, fake_host, daemon):
     log_dir = tmp_path / "runs"
-    assert run_train("-m", "+execution=default,mps", "+bench=offpolicy_gate", "training.device=cuda:0",
-                     f"training.log_dir={log_dir}", "--dry-run") == 0
+    assert run_train("-m", "+execution=default,mps", "+bench=offpolicy_gate", "training.run.device=cuda:0",
+                     f"training.run.log_dir={log_dir}", "--dry-run") == 0
     out = capsys.readouterr().out
     assert "4 job(s) would run" in out
     jobs = [line for line in out.splitlines() if line.startswith("  #")]
     assert len(jobs) == 4 and not any("refused" in job for job in jobs)
-    assert "+execution=mps" in jobs[3] and "training.seed=2" in jobs[3]
+    assert "+execution=mps" in jobs[3] and "training.run.seed=2" in jobs[3]
     assert not log_dir.exists() and spies[0].calls == []
-    assert run_train("--dry-run", "training.device=cpu") == 2
+    assert run_train("--dry-run", "training.run.device=cpu") == 2
     assert "train -m ... --dry-run" in capsys.readouterr().err
 
 
 def test_dry_run_validates_every_job(tmp_path, spies, capsys):
     """A job the host cannot honour (MPS with a CPU learner) is marked in the list; exit 2, nothing created."""
     log_dir = tmp_path / "runs"
-    assert run_train("-m", "+execution=default,mps", "training.device=cpu", f"training.log_dir={log_dir}",
+    assert run_train("-m", "+execution=default,mps", "training.run.device=cpu", f"training.run.log_dir={log_dir}",
                      "--dry-run") == 2
     captured = capsys.readouterr()
     jobs = [line for line in captured.out.splitlines() if line.startswith("  #")]
@@ -968,9 +968,9 @@ def test_a_real_sweep_with_a_failing_run_runs_the_other_job(tmp_path):
     the exit status is the failed run's (1) and the summary names both run directories."""
     log_dir = tmp_path / "runs"
     done = subprocess.run(
-        [sys.executable, "-m", "unilab.cli.train", "-m", "+preset=cpu_smoke", "training.startup_timeout_s=0.001,900",
-         "task.num_envs=8", "algo.max_iterations=4", "training.logger=[]", "training.no_play=true",
-         f"training.log_dir={log_dir}"],
+        [sys.executable, "-m", "unilab.cli.train", "-m", "+preset=cpu_smoke", "training.loop.startup_timeout_s=0.001,900",
+         "task.num_envs=8", "algo.max_iterations=4", "training.outputs.logger=[]", "training.outputs.no_play=true",
+         f"training.run.log_dir={log_dir}"],
         capture_output=True, text=True, timeout=300,
         env=dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=str(tmp_path / "none")),
     )
@@ -980,8 +980,8 @@ def test_a_real_sweep_with_a_failing_run_runs_the_other_job(tmp_path):
     statuses = [json.loads((r / "run_summary.json").read_text())["status"] for r in (failed, completed)]
     assert statuses == ["failed", "completed"]
     summary = done.stderr[done.stderr.index("unilab: sweep done: 1 failed, 1 completed"):].splitlines()
-    assert summary[1] == f"  #0 training.startup_timeout_s=0.001 -> failed, {failed}"
-    assert summary[2] == f"  #1 training.startup_timeout_s=900 -> completed, {completed}"
+    assert summary[1] == f"  #0 training.loop.startup_timeout_s=0.001 -> failed, {failed}"
+    assert summary[2] == f"  #1 training.loop.startup_timeout_s=900 -> completed, {completed}"
 
 
 @pytest.mark.integration
@@ -989,13 +989,13 @@ def test_ctrl_c_stops_a_real_sweep(tmp_path):
     """SIGINT to the sweep's process group (Ctrl-C) during job 0's run: the run stops as interrupted, job 1 never
     starts, exit status 130."""
     log_dir = tmp_path / "runs"
-    code, err = interrupt_real_sweep(["+preset=cpu_smoke", "training.seed=1,2", "task.num_envs=8",
-                                      "algo.max_iterations=100000", "training.logger=[]", "training.no_play=true"],
+    code, err = interrupt_real_sweep(["+preset=cpu_smoke", "training.run.seed=1,2", "task.num_envs=8",
+                                      "algo.max_iterations=100000", "training.outputs.logger=[]", "training.outputs.no_play=true"],
                                      log_dir, tmp_path)
     assert code == 130, err[-4000:]
     (run,) = run_dirs(log_dir)
     assert json.loads((run / "run_summary.json").read_text())["status"] == "interrupted"
-    assert "unilab: sweep interrupted: 1 interrupted" in err and f"#0 training.seed=1 -> interrupted, {run}" in err
+    assert "unilab: sweep interrupted: 1 interrupted" in err and f"#0 training.run.seed=1 -> interrupted, {run}" in err
     assert "#1" not in err
 
 

@@ -268,9 +268,9 @@ def test_a_run_with_video_interval_leaves_a_clip_and_its_strip(tmp_path):
     """The collector hook end to end: 2 envs, 25 ticks an iteration, a 5 s clip from iteration 0."""
     from unilab.viz import clip
 
-    cmd = [sys.executable, "-m", "unilab.cli.train", "+preset=cpu_smoke", "task.num_envs=2", "training.no_play=true",
-           "training.env_steps_per_sync=25", "algo.max_iterations=11", "algo.save_interval=1000",
-           "training.video_interval=10", f"training.log_dir={tmp_path}", "training.run_name=clip"]
+    cmd = [sys.executable, "-m", "unilab.cli.train", "+preset=cpu_smoke", "task.num_envs=2", "training.outputs.no_play=true",
+           "training.loop.env_steps_per_sync=25", "algo.max_iterations=11", "algo.save_interval=1000",
+           "training.outputs.video_interval=10", f"training.run.log_dir={tmp_path}", "training.run.run_name=clip"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=_headless_env())
     assert done.returncode == 0, done.stderr[-3000:]
     # The run's end is the clips' end: the video is there, no clip waits, no render of this run is running.
@@ -403,7 +403,7 @@ def test_a_clip_fits_a_run_when_its_env_steps_end_before_the_run(interval, start
     note = no_clip_note(interval, start, iterations, per_iteration, 0.02)
     assert (note is None) == fits
     if not fits:
-        assert note.startswith(f"training.video_interval={interval} writes no clip in this run")
+        assert note.startswith(f"training.outputs.video_interval={interval} writes no clip in this run")
 
 
 def test_a_run_too_short_for_its_video_interval_says_so_before_it_starts(spies, tmp_path, capsys, monkeypatch):
@@ -413,10 +413,10 @@ def test_a_run_too_short_for_its_video_interval_says_so_before_it_starts(spies, 
 
     monkeypatch.setattr(gl, "render_problem", lambda: None)  # a host that renders, whatever this one has
     launcher, _ = spies
-    assert run_train("+preset=cpu_smoke", "training.logger=[]", "training.video_interval=20",
-                     f"training.log_dir={tmp_path}") == 0
+    assert run_train("+preset=cpu_smoke", "training.outputs.logger=[]", "training.outputs.video_interval=20",
+                     f"training.run.log_dir={tmp_path}") == 0
     err = capsys.readouterr().err
-    assert "training.video_interval=20 writes no clip in this run" in err
+    assert "training.outputs.video_interval=20 writes no clip in this run" in err
     assert "a run of at least 250 iterations (algo.max_iterations) writes one" in err
     ((prepared, *_), _), = launcher.calls
     assert any("writes no clip" in note for note in prepared.notes)  # and in run_summary.json
@@ -428,6 +428,6 @@ def test_a_run_long_enough_for_its_clip_says_nothing_of_it(spies, tmp_path, caps
     from unilab.viz import gl
 
     monkeypatch.setattr(gl, "render_problem", lambda: None)
-    assert run_train("+preset=cpu_smoke", "training.logger=[]", "training.video_interval=20", "algo.max_iterations=250",
-                     f"training.log_dir={tmp_path}") == 0
+    assert run_train("+preset=cpu_smoke", "training.outputs.logger=[]", "training.outputs.video_interval=20", "algo.max_iterations=250",
+                     f"training.run.log_dir={tmp_path}") == 0
     assert "writes no clip" not in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""training.logger=[...,wandb]: the W&B sink logs what metrics.jsonl holds, keeps one W&B run across a
+"""training.outputs.logger=[...,wandb]: the W&B sink logs what metrics.jsonl holds, keeps one W&B run across a
 resume, never stops training when wandb fails, and is refused at compose when it cannot work."""
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def test_run_ids_are_valid_stable_and_distinct(tmp_path):
 def test_an_old_run_config_reads_tensorboard_as_logger(tmp_path):
     for old, logger in ((False, []), (True, ["tensorboard"])):
         (tmp_path / "run_config.json").write_text(json.dumps({"training": {"seed": 1, "tensorboard": old}}))
-        assert load_run_config(tmp_path)["training"] == {"seed": 1, "logger": logger}
+        assert load_run_config(tmp_path)["training"] == {"run": {"seed": 1}, "outputs": {"logger": logger}}
 
 
 def test_an_old_tracking_run_config_keeps_the_solver_cap_it_trained_with(tmp_path):
@@ -134,13 +134,13 @@ def test_an_old_tracking_run_config_keeps_the_solver_cap_it_trained_with(tmp_pat
 
 
 @pytest.mark.parametrize("override, needle", [
-    ("training.logger=[bogus]", "training.logger=['bogus']: expected a list of tensorboard, wandb"),
-    ("training.logger=[tensorboard,tensorboard]", "each at most once"),
-    ("training.wandb_mode=cloud", "training.wandb_mode='cloud': expected offline or online"),
+    ("training.outputs.logger=[bogus]", "training.outputs.logger=['bogus']: expected a list of tensorboard, wandb"),
+    ("training.outputs.logger=[tensorboard,tensorboard]", "each at most once"),
+    ("training.outputs.wandb_mode=cloud", "training.outputs.wandb_mode='cloud': expected offline or online"),
 ])
 def test_bad_logger_settings_fail_at_compose(tmp_path, spies, capsys, override, needle):  # noqa: F811
     log_dir = tmp_path / "runs"
-    assert run_train("training.device=cpu", override, f"training.log_dir={log_dir}") == 2
+    assert run_train("training.run.device=cpu", override, f"training.run.log_dir={log_dir}") == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err
     assert not log_dir.exists() and spies[0].calls == []
@@ -149,7 +149,7 @@ def test_bad_logger_settings_fail_at_compose(tmp_path, spies, capsys, override, 
 def test_wandb_without_the_package_fails_at_compose(tmp_path, spies, capsys, monkeypatch):  # noqa: F811
     monkeypatch.setitem(sys.modules, "wandb", None)  # find_spec answers None: not installed
     log_dir = tmp_path / "runs"
-    assert run_train("training.device=cpu", "training.logger=[wandb]", f"training.log_dir={log_dir}") == 2
+    assert run_train("training.run.device=cpu", "training.outputs.logger=[wandb]", f"training.run.log_dir={log_dir}") == 2
     err = capsys.readouterr().err
     assert "pip install 'unilab[wandb]'" in err and "Traceback" not in err
     assert not log_dir.exists() and spies[0].calls == []
@@ -157,10 +157,10 @@ def test_wandb_without_the_package_fails_at_compose(tmp_path, spies, capsys, mon
 
 def test_wandb_with_the_package_composes(tmp_path, spies, fake_wandb):  # noqa: F811
     log_dir = tmp_path / "runs"
-    assert run_train("training.device=cpu", "training.logger=[tensorboard,wandb]", "training.wandb_mode=online",
-                     f"training.log_dir={log_dir}") == 0
+    assert run_train("training.run.device=cpu", "training.outputs.logger=[tensorboard,wandb]", "training.outputs.wandb_mode=online",
+                     f"training.run.log_dir={log_dir}") == 0
     (run,) = run_dirs(log_dir)
-    training = json.loads((run / "run_config.json").read_text())["training"]
+    training = json.loads((run / "run_config.json").read_text())["training"]["outputs"]
     assert training["logger"] == ["tensorboard", "wandb"] and training["wandb_mode"] == "online"
     assert fake_wandb.calls == []  # compose only checks; the learner logs
 
@@ -174,8 +174,8 @@ def test_a_training_run_logs_to_wandb(tmp_path):
     env = {**os.environ, "FAKE_WANDB_LOG": str(record),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(FAKE_DIR), os.environ.get("PYTHONPATH")]))}
     cmd = [sys.executable, "-m", "unilab.cli.train", "+preset=cpu_smoke", "task.num_envs=8", "algo.max_iterations=4",
-           "training.logger=[wandb]", "training.wandb_project=smoke", f"training.log_dir={log_dir}",
-           "training.run_name=wb", "training.no_play=true"]
+           "training.outputs.logger=[wandb]", "training.outputs.wandb_project=smoke", f"training.run.log_dir={log_dir}",
+           "training.run.run_name=wb", "training.outputs.no_play=true"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     run = log_dir / "wb"

@@ -50,11 +50,12 @@ def test_the_children_start_with_the_cache_variables(tmp_path, monkeypatch):
             return object()
 
     class Prepared:
-        config = SimpleNamespace(training=SimpleNamespace(device="cpu", block_ambient_mps=False))
+        config = SimpleNamespace(training=SimpleNamespace(run=SimpleNamespace(device="cpu"),
+                                                       mps=SimpleNamespace(block_ambient_mps=False)))
         rank_devices = ["cpu"]
         rank_evidence = [type("E", (), {"configured": None})()]
         run_dir = tmp_path
-        world = None  # train's own ranks (training.devices), not a torchrun rank
+        world = None  # train's own ranks (training.run.devices), not a torchrun rank
 
     monkeypatch.setattr(launch_mod, "_role_spec", lambda *a: type("S", (), {"name": lambda self, role: role})())
     (rank,) = launch_mod._create_ranks(Prepared(), Ctx(), None, None, None)
@@ -64,7 +65,7 @@ def test_the_children_start_with_the_cache_variables(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["training.log_dir=elsewhere"], "warmup sets them"),
+    (["training.run.log_dir=elsewhere"], "warmup sets them"),
     (["algo.max_iterations=3"], "warmup sets them"),
     (["+preset=cpu_smoke", "+execution=mps"], "learner_cuda"),
     (["+preset=cpu_smoke", "+training.typo=1"], "training.typo: no such key"),
@@ -83,7 +84,7 @@ def _no_gpu(monkeypatch):
 
     def refuse(devices):
         if any(d.startswith("cuda") for d in devices):
-            raise validation.NoGpuError(f"training.device={devices[0]} but no NVIDIA GPU can be used here (fake)")
+            raise validation.NoGpuError(f"training.run.device={devices[0]} but no NVIDIA GPU can be used here (fake)")
 
     monkeypatch.setattr(validation, "check_gpus_visible", refuse)
 
@@ -100,7 +101,7 @@ def test_warmup_without_a_gpu_warms_the_cpu_kernels(capsys, tmp_path, monkeypatc
     assert tools_main(["warmup", "--algo", "fastsac", "--task", "g1_walk_flat"]) == 0
     ((cmd, env),) = ran
     assert env["UNILAB_NO_NEXT_STEPS"]  # its run is removed: no commands naming it at its end
-    assert "training.device=cpu" in cmd and "+preset=cpu_smoke" in cmd
+    assert "training.run.device=cpu" in cmd and "+preset=cpu_smoke" in cmd
     err = capsys.readouterr().err
     assert "no NVIDIA GPU can be used here: warming the CPU kernels" in err
     assert err.count("\n") == 2 + len(LIBRARY_DIRS)  # that line, the compiled line and one per cache

@@ -345,8 +345,8 @@ def test_cpu_smoke_run_with_warpsac_completes_and_learns(tmp_path):
     from unilab.rundir.metrics import read_metrics
 
     cmd = [sys.executable, "-m", "unilab.cli.train", "+preset=cpu_smoke", "--algo", "warpsac", "task.num_envs=16",
-           "training.logger=[]", "algo.max_iterations=16", "algo.save_interval=8", "training.play_envs=4",
-           "training.play_steps=12", f"training.log_dir={tmp_path}", "training.run_name=warp"]
+           "training.outputs.logger=[]", "algo.max_iterations=16", "algo.save_interval=8", "training.outputs.play_envs=4",
+           "training.outputs.play_steps=12", f"training.run.log_dir={tmp_path}", "training.run.run_name=warp"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     run = tmp_path / "warp"

@@ -57,7 +57,7 @@ def tree_digest(root: Path, contents_of_lock: bool = True) -> dict[str, str]:
 def interrupt_real_sweep(args: list[str], log_dir: Path, scratch: Path, training: int = 1) -> tuple[int, str]:
     """`train -m ARGS` in a process group of its own, SIGINT to that group (Ctrl-C) once `training` of its runs have
     written metrics rows: (its exit status, its stderr)."""
-    proc = subprocess.Popen([sys.executable, "-m", "unilab.cli.train", "-m", *args, f"training.log_dir={log_dir}"],
+    proc = subprocess.Popen([sys.executable, "-m", "unilab.cli.train", "-m", *args, f"training.run.log_dir={log_dir}"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env=dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=str(scratch / "none")))
     try:

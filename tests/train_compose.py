@@ -64,7 +64,7 @@ def train_jobs(argv: list[str]) -> list[list[str]]:
     for arg in out:
         key, _, value = arg.partition("=")
         swept = key.lstrip("+") in ("execution", "algo", "task", "sim") or (
-            multirun and "," in value and not value.startswith(("[", "{", "'", '"')))  # `-m training.seed=1,2`
+            multirun and "," in value and not value.startswith(("[", "{", "'", '"')))  # `-m training.run.seed=1,2`
         values = value.split(",") if swept else [value]
         jobs = [job + [f"{key}={v}"] for job in jobs for v in values]
     return jobs

@@ -1,6 +1,6 @@
 """Where one rank sits in a data-parallel run: the one description both ways of launching ranks fill in.
 
-- `train training.devices=[0,1]`: one launcher on one host starts every rank; it makes the contexts itself
+- `train training.run.devices=[0,1]`: one launcher on one host starts every rank; it makes the contexts itself
   (`single_host`), with a free port on 127.0.0.1 for the learners' rendezvous.
 - `torchrun ... -m unilab.cli.train` (or `srun` of `train` with one task per GPU): every worker is one rank's
   launcher; its context comes from the environment the cluster launcher gave it (`from_environment`).
@@ -19,7 +19,7 @@ from typing import Mapping
 TORCHRUN_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 SLURM_KEYS = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")
 MASTER_KEYS = ("MASTER_ADDR", "MASTER_PORT")
-RANK_SEED_STRIDE = 1000  # rank r seeds its learner and collector with training.seed + 1000 r
+RANK_SEED_STRIDE = 1000  # rank r seeds its learner and collector with training.run.seed + 1000 r
 
 
 class WorldError(ValueError):
@@ -68,7 +68,7 @@ def rank_seed(seed: int, rank: int) -> int:
 
 
 def single_host(world_size: int, port: int | None) -> list[DistributedContext]:
-    """The contexts of the ranks one `train` starts on this host (`training.devices`)."""
+    """The contexts of the ranks one `train` starts on this host (`training.run.devices`)."""
     host = socket.gethostname()
     return [DistributedContext(rank=r, world_size=world_size, local_rank=r, node_rank=0, master_addr="127.0.0.1",
                                master_port=port, hostname=host) for r in range(world_size)]

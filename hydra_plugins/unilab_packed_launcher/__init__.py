@@ -11,7 +11,7 @@ from typing import Sequence
 from hydra.core.utils import JobReturn, JobStatus, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 
 class UnilabPackedLauncher(Launcher):
@@ -41,11 +41,10 @@ class UnilabPackedLauncher(Launcher):
         jobs = []
         for n, overrides in enumerate(job_overrides):
             job_cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-            training = OmegaConf.to_container(job_cfg.training, resolve=True)
             values = sweeps.swept_values(list(overrides), swept, params)
             jobs.append(PackedJob(index=initial_job_idx + n, overrides=list(overrides),
                                   shown=[f"{k}={v}" for k, v in values] or list(overrides),
-                                  ordinals=cuda_ordinals(training)))
+                                  ordinals=cuda_ordinals(job_cfg.training.run)))
         sweep = sweeps.current()
         ended = sweep.jobs if sweep is not None else []
 

@@ -148,7 +148,7 @@ class FirstUpdate:
     @property
     def iteration(self) -> int:
         """The segment's iteration that makes the first update, where each update samples the replay as it
-        stood before that iteration's rows (training.update_before_ingest)."""
+        stood before that iteration's rows (training.loop.update_before_ingest)."""
         return max(self.iterations, -(-self.rows // self.rows_per_iteration))
 
 

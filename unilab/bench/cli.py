@@ -106,7 +106,7 @@ def add_bench_parser(sub) -> None:
                       help="minimum env_steps_per_s improvement of a case (or of all), in percent (repeatable)")
     gate.add_argument("--envs", action="append", default=[], metavar="[CASE=]N",
                       help="task.num_envs of a case (or of all) (repeatable)")
-    gate.add_argument("--device", default="cuda:0", metavar="cuda:N", help="training.device of every job (default "
+    gate.add_argument("--device", default="cuda:0", metavar="cuda:N", help="training.run.device of every job (default "
                       "cuda:0); the MPS arm runs under the daemon of its GPU")
     gate.add_argument("--out", metavar="DIR", help="a new folder for the gate (default runs/gate/<time>)")
     gate.add_argument("--start-daemon", action="store_true",

@@ -18,8 +18,8 @@ from .extract import COUNTER_KEYS, DEFAULT_LAST, DEFAULT_SKIP_FIRST, TIMING_KEYS
 
 THROUGHPUT_KEY = "env_steps_per_s"
 # What may differ between the runs of one comparison; anything else makes it apples to oranges.
-VARYING_KEYS = ("training.cuda_process_sharing", "training.seed", "training.run_name", "training.log_dir",
-                "training.resume")
+VARYING_KEYS = ("training.mps.cuda_process_sharing", "training.run.seed", "training.run.run_name",
+                "training.run.log_dir", "training.run.resume")
 
 
 @dataclass
@@ -129,7 +129,7 @@ def _group(algo: str, task: str, runs: list[dict], opts: CompareOptions) -> dict
                        f"effective {opts.candidate_mode} with learner and collector client pids in every "
                        f"{opts.candidate_mode} run" if not unseen else "no MPS evidence in " + ", ".join(unseen)))
     # A baseline run that reached a live daemon (inherited CUDA_MPS_PIPE_DIRECTORY) may itself have run under MPS,
-    # unless its children were pointed away from it (training.block_ambient_mps) and the launcher then found
+    # unless its children were pointed away from it (training.mps.block_ambient_mps) and the launcher then found
     # neither of them among the daemon's clients (effective stays null).
     tainted = [Path(r["run"]).name for r in baseline
                if r["evidence"]["effective"] is not None

@@ -14,7 +14,7 @@ from unilab.rundir.run_config import diff_configs, load_run_config
 from .plot import PlotUnavailable, require_matplotlib
 
 WEIGHTED = {"episode_length", "episode_return"}  # means over finished episodes: weighted by their count
-SEED_KEYS = ("training.seed", "training.run_name", "training.log_dir")  # what seeds of one config differ in
+SEED_KEYS = ("training.run.seed", "training.run.run_name", "training.run.log_dir")  # what seeds of one config differ in
 X_AXES = {"env_steps": "env steps (M)", "wall_clock": "wall clock (min)", "iteration": "iteration"}
 DEFAULT_METRICS = ("episode_return", "episode_length")
 GRID_POINTS = 200

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from unilab.rundir.layout import MANIFEST_FILE, METRICS_FILE, RUN_CONFIG_FILE, SUMMARY_FILE
+from unilab.rundir.run_config import upgrade_config
 from unilab.rundir.metrics import METRIC_KEYS, MetricsError, read_metrics
 
 DEFAULT_SKIP_FIRST = 50
@@ -63,7 +64,7 @@ def extract(run: str | Path, *, last: int = DEFAULT_LAST, skip_first: int = DEFA
         raise RunError(f"{run}: not a complete unilab run, missing {', '.join(missing)}{hint}")
     summary = _read_json(run / SUMMARY_FILE)
     manifest = _read_json(run / MANIFEST_FILE)
-    config = _read_json(run / RUN_CONFIG_FILE)
+    config = upgrade_config(_read_json(run / RUN_CONFIG_FILE), str(run / RUN_CONFIG_FILE))
     rows = [] if no_metrics else _rows(run)
     after_warmup = rows[skip_first:]
     if len(after_warmup) < last and not allow_short:
@@ -82,7 +83,7 @@ def extract(run: str | Path, *, last: int = DEFAULT_LAST, skip_first: int = DEFA
         "cause": summary.get("cause"),
         "algo": (config.get("algo") or {}).get("name") or manifest.get("algo"),
         "task": (config.get("task") or {}).get("name") or manifest.get("task"),
-        "seed": (config.get("training") or {}).get("seed"),
+        "seed": ((config.get("training") or {}).get("run") or {}).get("seed"),
         "config": config,
         "evidence": {
             "configured": sharing.get("configured"),
@@ -92,7 +93,7 @@ def extract(run: str | Path, *, last: int = DEFAULT_LAST, skip_first: int = DEFA
             "client_pids": sharing.get("client_pids") or {},
             "server_pid": sharing.get("server_pid"),
             "daemon_reachable": sharing.get("daemon_reachable"),
-            "ambient_mps_blocked": bool((config.get("training") or {}).get("block_ambient_mps")),
+            "ambient_mps_blocked": bool(((config.get("training") or {}).get("mps") or {}).get("block_ambient_mps")),
             "gpu_uuid": sharing.get("gpu_uuid"),
             "gpu_name": sharing.get("gpu_name"),
             "compute_mode": sharing.get("compute_mode"),

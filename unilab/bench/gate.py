@@ -39,7 +39,7 @@ CASES = (
     Case("flashsac", "g1_motion_tracking", 10.0, 2048),
     Case("warpsac", "g1_walk_flat", 20.0, 2048),
 )
-ARMS = {"default": None, "mps": "mps"}  # +execution=<arm> -> the configured training.cuda_process_sharing
+ARMS = {"default": None, "mps": "mps"}  # +execution=<arm> -> the configured training.mps.cuda_process_sharing
 PRESET = "+bench=offpolicy_gate"
 DEFAULT_ITERATIONS = 300  # conf/bench/offpolicy_gate.yaml
 DEFAULT_REPEATS = 2
@@ -56,9 +56,9 @@ COLUMNS = (
 )
 # What the gate sets itself; an extra override of one of these is refused (with the option to use instead).
 OWNED_KEYS = {
-    "training.seed": "--repeats", "training.log_dir": "--out", "training.run_name": "--out",
+    "training.run.seed": "--repeats", "training.run.log_dir": "--out", "training.run.run_name": "--out",
     "execution": "(both arms always run)", "task.num_envs": "--envs", "algo.max_iterations": "--iterations",
-    "training.device": "--device", "algo": "--cases", "task": "--cases",
+    "training.run.device": "--device", "algo": "--cases", "task": "--cases",
 }
 
 
@@ -196,9 +196,9 @@ def plan_jobs(cases: list[Case], shape: Shape, device: str, out: Path, overrides
             for arm in ARMS:
                 name = f"{arm}_seed-{seed}"
                 argv = [*TRAIN, "-m", f"+execution={arm}", PRESET, "--algo", case.algo, "--task", case.task,
-                        f"training.device={device}", f"task.num_envs={case.envs}",
-                        f"algo.max_iterations={shape.iterations}", f"training.seed={seed}",
-                        f"training.log_dir={out / case.name}", f"training.run_name={name}", *overrides]
+                        f"training.run.device={device}", f"task.num_envs={case.envs}",
+                        f"algo.max_iterations={shape.iterations}", f"training.run.seed={seed}",
+                        f"training.run.log_dir={out / case.name}", f"training.run.run_name={name}", *overrides]
                 plan.jobs.append(Job(case=case.name, arm=arm, seed=seed, run_dir=str(out / case.name / name),
                                      log=str(out / "logs" / f"{case.name}_{name}.log"), argv=argv))
     return plan

@@ -243,12 +243,15 @@ def gate_command(plan: Plan, args) -> str:
 def run_gate(args) -> int:
     from unilab.mps import cli as mps_cli
 
+    from unilab.rundir.renamed import upgrade_overrides
+
     from .plot import PlotUnavailable, require_matplotlib
 
     try:
         shape = Shape(args.iterations, args.skip_first, args.last, args.repeats)
         shape.check(args.allow_short)
         cases = select_cases(args.cases, args.threshold, args.envs)
+        args.overrides = upgrade_overrides(args.overrides)  # an old key spelled as the gate's own is refused too
         check_overrides(args.overrides)
         if not _DEVICE.match(args.device):
             raise GateInputError(f"--device {args.device}: the MPS arm needs a CUDA device, cuda or cuda:N")
@@ -262,7 +265,7 @@ def run_gate(args) -> int:
             raise GateInputError(f"{'; '.join(missing)}: not available in this build (`unilab list`); "
                                  "--cases leaves a case out")
         if _HYDRA_SPECIAL.search(str(out)):
-            raise GateInputError(f"--out {out}: it goes into a train override (training.log_dir), where spaces, "
+            raise GateInputError(f"--out {out}: it goes into a train override (training.run.log_dir), where spaces, "
                                  "quotes, brackets, ',' and '=' mean something else; choose a plainer path")
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise GateInputError(f"--out {out}: exists and is not an empty folder (each gate gets its own)")

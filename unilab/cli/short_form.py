@@ -1,11 +1,13 @@
 """`train --algo X --task Y --sim Z ...` maps onto the Hydra groups (algo=X task=Y sim=Z), and
-`--num-envs N --seed N --max-iterations N --device D --run-name R` onto their keys."""
+`--num-envs N --seed N --max-iterations N --device D --run-name R` onto their keys; a key's old spelling
+(training.seed=3) is written in today's (training.run.seed=3, with a note: unilab.rundir.renamed)."""
 
 from __future__ import annotations
 
 import re
 
 from unilab.config.catalog import GROUP_FLAGS, VALUE_FLAGS, choices
+from unilab.rundir.renamed import upgrade_overrides
 
 GROUP_KEYS = ("algo", "task", "sim", "execution")
 _SCHEMA_NODE = re.compile(r"\w+_schema\b")
@@ -38,6 +40,7 @@ def expand_short_form(argv: list[str]) -> list[str]:
         else:
             out.append(arg)
         i += 1
+    out = upgrade_overrides(out)
     _reject_duplicates(out, from_flags)
     _reject_schema_nodes(out)
     return out

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from unilab.exit_codes import EXIT_COMPLETED, EXIT_INTERRUPTED, STATUS
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")  # `=`, `,` and `/` would not survive a later `training.resume=...`
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")  # `=`, `,` and `/` would not survive a later `training.run.resume=...`
 MAX_SUFFIX = 120
 
 
@@ -90,7 +90,7 @@ def sweep_keys(overrides: list[str]) -> set[str]:
 
 def swept_values(job_overrides: list[str], swept: set[str], params: dict | None) -> list[tuple[str, str]]:
     """(key, value) of this job for every swept key: the command line's and the sweeper's params' sweeps
-    (e.g. `training.seed: 1,2` from +bench=offpolicy_gate), in the job's override order."""
+    (e.g. `training.run.seed: 1,2` from +bench=offpolicy_gate), in the job's override order."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()

@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     play = sub.add_parser("play", help="play a run's policy deterministically and report its episodes (play.json)")
     play.add_argument("run", help="run directory")
     play.add_argument("--checkpoint", help="checkpoint file (default: the run's latest)")
-    play.add_argument("--device", help="default: the run's training.device")
+    play.add_argument("--device", help="default: the run's training.run.device")
     play.add_argument("--envs", type=int, help="default: the run's task.num_envs")
     play.add_argument("--steps", type=int, help="control steps (default: one full episode)")
     play.add_argument("--out", help="report file (default: a new play_<time>.json in the run directory; the "

@@ -130,7 +130,7 @@ def _sweep_job(cfg: DictConfig, sweep: sweeps.Sweep) -> int | None:
     job = sweeps.Job(index=index, overrides=overrides if sweep.dry_run or not values
                      else [f"{key}={value}" for key, value in values])
     sweep.jobs.append(job)
-    suffix = sweeps.run_name_suffix(values) if not cfg.training.run_name else ""
+    suffix = sweeps.run_name_suffix(values) if not cfg.training.run.run_name else ""
     try:
         request = validate(cfg)  # in the run pass again: the host may have changed since the check pass
         if _PASS.check_only:

@@ -11,6 +11,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from unilab.config import register_configs, register_resolvers
+from unilab.config.nearest import unknown_key
 
 # OmegaConf's message templates and type bookkeeping say nothing a user can act on; Hydra's advice to
 # append an unknown key (`+key=value`) would only add a key the schemas lack, which `train` refuses.
@@ -57,9 +58,7 @@ def _hint(chain: list[BaseException]) -> str | None:
         schema = next((getattr(e, "object_type", None) for e in chain if getattr(e, "object_type", None)), None)
         full = next((getattr(e, "full_key", None) for e in chain if getattr(e, "full_key", None)), None) or key
         if schema is not None and dataclasses.is_dataclass(schema):
-            keys = [f.name for f in dataclasses.fields(schema) if not f.name.startswith("_")]
-            return (f"{full}: no such key in {full.rpartition('.')[0] or 'the config'}; {_close(key, keys)}"
-                    "`train --cfg job` lists the keys")
+            return unknown_key(full, schema)
     if found := _NOT_AN_OVERRIDE.search(text):
         arg = found.group(1)
         tasks = ", ".join(choices("task"))

@@ -7,7 +7,7 @@ with no play, export or loggers. A cluster job, or an image build, runs it once 
 with the same cache start warm. The console names each phase and how long it took.
 
 On a host without a usable NVIDIA GPU, a command that names no device warms the CPU kernels instead (the
-training on `training.device=cpu` at the `cpu_smoke` preset's sizes: the kernels do not depend on them), and
+training on `training.run.device=cpu` at the `cpu_smoke` preset's sizes: the kernels do not depend on them), and
 says so; a command that names a CUDA device is refused as `train` refuses it.
 """
 
@@ -26,10 +26,11 @@ from unilab.exit_codes import EXIT_USAGE
 # Iterations past the first update: the losses compile at the first one, the rest check it ran.
 AFTER_FIRST_UPDATE = 3
 # Set by warmup itself; a user's value for them would be overwritten.
-OWN_KEYS = ("algo.max_iterations", "training.log_dir", "training.run_name", "training.no_play", "training.export_onnx",
-            "training.logger", "training.video_interval", "training.resume")
-DEVICE_KEYS = ("training.device", "training.devices")
-CPU_OVERRIDES = ("training.device=cpu", "+preset=cpu_smoke")  # sizes that compile the same kernels, quickly
+OWN_KEYS = ("algo.max_iterations", "training.run.log_dir", "training.run.run_name", "training.run.resume",
+            "training.outputs.no_play", "training.outputs.export_onnx", "training.outputs.logger",
+            "training.outputs.video_interval")
+DEVICE_KEYS = ("training.run.device", "training.run.devices")
+CPU_OVERRIDES = ("training.run.device=cpu", "+preset=cpu_smoke")  # sizes that compile the same kernels, quickly
 
 
 def _key(override: str) -> str:
@@ -62,7 +63,7 @@ def _iterations(overrides: list[str]) -> int:
     from unilab.config import validate
 
     config = validate(compose_train(overrides)).config
-    per_iteration = config.task.num_envs * config.training.env_steps_per_sync
+    per_iteration = config.task.num_envs * config.training.loop.env_steps_per_sync
     return first_update(config.algo, per_iteration).iteration + AFTER_FIRST_UPDATE
 
 
@@ -94,8 +95,8 @@ def warmup(args: argparse.Namespace) -> int:
     before = {var: size_bytes(path) for var, path in dirs.items()}
     scratch = tempfile.mkdtemp(prefix="unilab-warmup-")
     cmd = [sys.executable, "-m", "unilab.cli.train", *overrides, f"algo.max_iterations={iterations}",
-           f"training.log_dir={scratch}", "training.run_name=warmup", "training.no_play=true",
-           "training.export_onnx=false", "training.logger=[]", "training.video_interval=null"]
+           f"training.run.log_dir={scratch}", "training.run.run_name=warmup", "training.outputs.no_play=true",
+           "training.outputs.export_onnx=false", "training.outputs.logger=[]", "training.outputs.video_interval=null"]
     started = time.monotonic()
     try:
         code = subprocess.call(cmd, env={**os.environ, **kernel_cache_env(), NO_NEXT_STEPS_ENV: "1"})

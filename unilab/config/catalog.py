@@ -22,10 +22,10 @@ GROUP_FLAGS = {"--algo": "algo", "--task": "task", "--sim": "sim", "--execution"
 # flag -> (the key it sets, its metavar)
 VALUE_FLAGS = {
     "--num-envs": ("task.num_envs", "N"),
-    "--seed": ("training.seed", "N"),
+    "--seed": ("training.run.seed", "N"),
     "--max-iterations": ("algo.max_iterations", "N"),
-    "--device": ("training.device", "DEV"),
-    "--run-name": ("training.run_name", "NAME"),
+    "--device": ("training.run.device", "DEV"),
+    "--run-name": ("training.run.run_name", "NAME"),
 }
 
 
@@ -98,7 +98,7 @@ Choices (unilab list describes them):
 Examples:
   train +preset=cpu_smoke
   train --algo flashsac --task g1_walk_flat --num-envs 4096 --seed 1 --run-name walk
-  train -m +execution=default,mps +bench=offpolicy_gate --algo fastsac --task g1_walk_flat training.device=cuda:0
+  train -m +execution=default,mps +bench=offpolicy_gate --algo fastsac --task g1_walk_flat training.run.device=cuda:0
 
 More:
   train --cfg job [overrides]   the composed config, every key that can be overridden (nothing runs)

@@ -8,8 +8,8 @@ composed (unilab.config.validation) instead of after the run directory exists.
   fit a 32-bit byte stride. The per-world sizes come from the task's MjModel, compiled from its MjSpec on the CPU
   in milliseconds (no Warp, no kernels).
 - The learner's device: the replay (algo.replay_capacity rows) and the ingress slots the collector fills
-  (training.ingress_slots chunks of task.num_envs x training.env_steps_per_sync rows) live there, one float32 row
-  holding a transition (obs, critic obs, action, reward, next obs, next critic obs, done). What is refused is a
+  (training.loop.ingress_slots chunks of task.num_envs x training.loop.env_steps_per_sync rows) live there, one
+  float32 row holding a transition (obs, critic obs, action, reward, next obs, next critic obs, done). What is refused is a
   total above the device's whole memory, which no run could hold whatever else it left room for: NVML's total
   on a CUDA device, the host's physical memory (or the cgroup's limit, where lower) on the CPU, where the
   replay lives in host memory and its pages would run the host out of memory while it fills. A device whose
@@ -43,7 +43,7 @@ def world_extents(model: Any, nconmax: int) -> dict[str, int]:
 
 
 def check_simulator_sizes(task: Any, sim: Any, training: Any) -> None:
-    """task.num_envs (and training.play_envs) x every flattened per-world extent < 2**31; one world's dense
+    """task.num_envs (and training.outputs.play_envs) x every flattened per-world extent < 2**31; one world's dense
     constraint Jacobian within a 32-bit byte stride (sim.njmax)."""
     from unilab.sim.capacity import derive_capacity
 
@@ -51,7 +51,7 @@ def check_simulator_sizes(task: Any, sim: Any, training: Any) -> None:
     nconmax, njmax = derive_capacity(model, sim.nconmax, sim.njmax)
     name, per_world = max(world_extents(model, nconmax).items(), key=lambda item: item[1])
     fits = (INT32_LIMIT - 1) // per_world
-    for key, envs in (("task.num_envs", task.num_envs), ("training.play_envs", training.play_envs)):
+    for key, envs in (("task.num_envs", task.num_envs), ("training.outputs.play_envs", training.outputs.play_envs)):
         if envs is not None and envs > fits:
             lower = f" (or a lower sim.nconmax={sim.nconmax})" if sim.nconmax is not None else ""
             raise ValueError(f"{key}={envs}: expected at most {fits} envs{lower}: MJWarp keeps the {name} of all "
@@ -67,14 +67,14 @@ def check_simulator_sizes(task: Any, sim: Any, training: Any) -> None:
 
 def check_first_update(algo: Any, task: Any, training: Any) -> None:
     """The replay can hold what the first update waits for (else the learner never updates)."""
-    rows_per_iteration = task.num_envs * training.env_steps_per_sync
+    rows_per_iteration = task.num_envs * training.loop.env_steps_per_sync
     need = first_update(algo, rows_per_iteration).rows
     if need > algo.replay_capacity:
         raise ValueError(
             f"algo.replay_capacity={algo.replay_capacity}: expected at least {need}, the rows the first update waits "
             f"for: algo.batch_size={algo.batch_size}, and algo.learning_starts={algo.learning_starts} iterations of "
-            f"task.num_envs={task.num_envs} x training.env_steps_per_sync={training.env_steps_per_sync} rows; "
-            "a replay that cannot hold them never starts training")
+            f"task.num_envs={task.num_envs} x training.loop.env_steps_per_sync={training.loop.env_steps_per_sync} "
+            "rows; a replay that cannot hold them never starts training")
 
 
 def row_bytes(task: Any) -> int:
@@ -89,7 +89,7 @@ def check_device_memory(typed: dict[str, Any], devices: list[str],
     algo, task, training = typed["algo"], typed["task"], typed["training"]
     memory_of = memory_of or device_memory_bytes
     row = row_bytes(task)
-    slot_rows = training.ingress_slots * task.num_envs * training.env_steps_per_sync
+    slot_rows = training.loop.ingress_slots * task.num_envs * training.loop.env_steps_per_sync
     for device, ranks in Counter(devices).items():
         total = memory_of(device)
         if total is None:
@@ -99,9 +99,9 @@ def check_device_memory(typed: dict[str, Any], devices: list[str],
         where = f"{device}'s {_gib(total)}" + (f" shared by {ranks} ranks" if ranks > 1 else "")
         if slots >= budget:
             raise ValueError(
-                f"training.ingress_slots={training.ingress_slots} x task.num_envs={task.num_envs} x "
-                f"training.env_steps_per_sync={training.env_steps_per_sync} rows of {row} bytes take {_gib(slots)}, "
-                f"more than {where}: expected at most {budget // row} rows in all")
+                f"training.loop.ingress_slots={training.loop.ingress_slots} x task.num_envs={task.num_envs} x "
+                f"training.loop.env_steps_per_sync={training.loop.env_steps_per_sync} rows of {row} bytes take "
+                f"{_gib(slots)}, more than {where}: expected at most {budget // row} rows in all")
         if replay + slots > budget:
             raise ValueError(
                 f"algo.replay_capacity={algo.replay_capacity}: expected at most {(budget - slots) // row}: rows of "

@@ -31,8 +31,10 @@ from unilab.mps.record import CudaProcessSharingEvidence
 from unilab.world import DistributedContext, WorldError, from_environment
 
 from . import sizes
+from .nearest import unknown_key
 from .run import GROUP_KEYS, RunConfig, typed_group
-from .schema import EXECUTION_EVIDENCE_INTERPOLATION, WANDB_EXTRA_HINT, TrainConfig, TrainingConfig
+from .schema import (EXECUTION_EVIDENCE_INTERPOLATION, WANDB_EXTRA_HINT, MpsSettings, RunSettings, TrainConfig,
+                     TrainingConfig)
 
 COMPUTED_KEY = "execution_evidence"  # what the probe found: in runtime_manifest.json, not run_config.json
 
@@ -42,7 +44,7 @@ class ConfigError(ValueError):
 
 
 class NoGpuError(ConfigError):
-    """training.device names a CUDA device on a host where no NVIDIA GPU can be used: a run refuses it; a look at
+    """training.run.device names a CUDA device on a host where no NVIDIA GPU can be used: a run refuses it; a look at
     the config (`train --cfg job`) only notes it."""
 
 
@@ -77,7 +79,7 @@ class ValidatedRequest:
     rank_evidence: list[CudaProcessSharingEvidence]  # the probe's, one per rank
     role_mps_env: dict[str, dict[str, str]] = field(default_factory=dict)  # role -> CUDA_MPS_* variables
     # torchrun or srun: the one rank this process launches (its device is rank_devices[0]); None: `train` starts
-    # every rank itself (training.devices)
+    # every rank itself (training.run.devices)
     world: DistributedContext | None = None
     notes: tuple[str, ...] = ()  # what a shown (not run) config would be refused for: `train --cfg` prints them
 
@@ -96,16 +98,16 @@ def validate(cfg: DictConfig, *, gpu_required: bool = True) -> ValidatedRequest:
     in its probe."""
     _check_top_level(cfg)
     config = {"training": _resolved(cfg, "training")}
-    check_host(check_config(config, groups=("training",))["training"])
-    training = config["training"]
-    world = cluster_rank(training, os.environ)
-    timeout_s = float(training["mps_probe_timeout_s"])
+    training = check_config(config, groups=("training",))["training"]
+    check_host(training)
+    world = cluster_rank(training.run, os.environ)
+    timeout_s = training.mps.mps_probe_timeout_s
     config["sim"] = _resolved(cfg, "sim")
-    devices = [cluster_rank_device(training, world)] if world else rank_devices(training)
-    evidence = _probe(training["cuda_process_sharing"], devices[0], config["sim"].get("backend"), timeout_s)
+    devices = [cluster_rank_device(training.run, world)] if world else rank_devices(training.run)
+    evidence = _probe(training.mps.sharing_mode, devices[0], config["sim"].get("backend"), timeout_s)
     config.update({key: _resolved(cfg, key) for key in ("algo", "task")})
     typed = check_config(config)
-    mps_env = role_mps_env(training)
+    mps_env = role_mps_env(training.mps)
     notes = []
     try:
         check_gpus_visible(devices)
@@ -147,7 +149,7 @@ def _message(exc: Exception) -> str:
 def _probe(requested, device: str, backend, timeout_s: float) -> CudaProcessSharingEvidence:
     from unilab.mps import probe
 
-    # Learner and collector both run on training.device (the roles of a rank share it).
+    # Learner and collector both run on training.run.device (the roles of a rank share it).
     return probe.probe_cuda_process_sharing(requested, device, device, backend=backend, timeout_s=timeout_s)
 
 
@@ -163,8 +165,7 @@ def check_config(config: dict, groups: tuple[str, ...] | None = None) -> dict[st
         try:
             typed[group] = typed_group(group, config[group])
         except ConfigKeyError as exc:
-            raise ConfigError(f"{group}.{exc.full_key}: no such key in the {group} schema (a typo? "
-                              f"`train --cfg job` lists the keys)") from None
+            raise ConfigError(unknown_key(f"{group}.{exc.full_key}", exc.object_type)) from None
         except (ValueError, OmegaConfBaseException) as exc:
             raise ConfigError(_message(exc)) from None
     if set(typed) == set(GROUP_KEYS):
@@ -196,24 +197,25 @@ def check_host(training: TrainingConfig) -> None:
     from unilab.checks import require
     from unilab.viz.gl import require_gl_for
 
-    _checked(require_gl_for, "training.video_interval", training.video_interval)  # clips need OpenGL; training not
-    _checked(require, "wandb" not in training.logger or importlib.util.find_spec("wandb") is not None,
-             "training.logger", list(training.logger),
+    # clips need OpenGL; training does not
+    _checked(require_gl_for, "training.outputs.video_interval", training.outputs.video_interval)
+    _checked(require, "wandb" not in training.outputs.logger or importlib.util.find_spec("wandb") is not None,
+             "training.outputs.logger", list(training.outputs.logger),
              f"loggers whose packages are installed (wandb is not: {WANDB_EXTRA_HINT})")
 
 
-def role_mps_env(training: dict) -> dict[str, dict[str, str]]:
+def role_mps_env(mps: MpsSettings) -> dict[str, dict[str, str]]:
     """role -> the CUDA_MPS_* variables its child starts with (unilab.mps.child_env checks the values)."""
     try:
-        return child_env.role_mps_env(training.get("mps_active_thread_percentage"),
-                                      training.get("mps_client_priority"), training.get("cuda_process_sharing"))
+        return child_env.role_mps_env(dataclasses.asdict(mps.mps_active_thread_percentage),
+                                      dataclasses.asdict(mps.mps_client_priority), mps.sharing_mode)
     except MpsSettingError as exc:
         raise ConfigError(str(exc)) from None
 
 
-def cluster_rank(training: dict, environ) -> DistributedContext | None:
+def cluster_rank(run: RunSettings, environ) -> DistributedContext | None:
     """The rank torchrun or srun made of this process (None: a plain `train`, or a world of one), checked
-    against what the request asks: its own ranks (training.devices), a resume, a run name all ranks share."""
+    against what the request asks: its own ranks (training.run.devices), a resume, a run name all ranks share."""
     try:
         world = from_environment(environ)
     except WorldError as exc:
@@ -221,50 +223,51 @@ def cluster_rank(training: dict, environ) -> DistributedContext | None:
     if world is None:
         return None
     launcher = f"{world.launched_by} (rank {world.rank} of {world.world_size})"
-    if training.get("devices"):
-        raise ConfigError(f"training.devices={training['devices']} under {launcher}: training.devices starts one "
+    if run.devices:
+        raise ConfigError(f"training.run.devices={run.devices} under {launcher}: training.run.devices starts one "
                           f"host's ranks from one train; under {world.launched_by} each worker is one rank on "
-                          "cuda:LOCAL_RANK. Drop training.devices and set the ranks per node with "
+                          "cuda:LOCAL_RANK. Drop training.run.devices and set the ranks per node with "
                           "torchrun --nproc-per-node")
     if not world.distributed:
         return None
-    if training.get("resume"):
-        raise ConfigError(f"training.resume under {launcher}: a multi-node run cannot be resumed yet; resume "
-                          "it on one host (train training.resume=... 'training.devices=[...]') or start a new run")
-    if not training.get("run_name") and not world.run_id:
+    if run.resume:
+        raise ConfigError(f"training.run.resume under {launcher}: a multi-node run cannot be resumed yet; resume "
+                          "it on one host (train training.run.resume=... 'training.run.devices=[...]') or start a new "
+                          "run")
+    if not run.run_name and not world.run_id:
         raise ConfigError(f"no run name under {launcher}: every rank must derive the same run directory, never "
-                          "from its own clock. Set training.run_name=NAME (the same on every node) or give "
+                          "from its own clock. Set training.run.run_name=NAME (the same on every node) or give "
                           "torchrun --rdzv-id ID (under Slurm the job id is used)")
     return world
 
 
-def cluster_rank_device(training: dict, world: DistributedContext) -> str:
+def cluster_rank_device(run: RunSettings, world: DistributedContext) -> str:
     """A torchrun or srun rank's device: the CPU, or the GPU of its local rank (cuda:LOCAL_RANK)."""
-    device = str(training["device"])
+    device = str(run.device)
     if device == "cpu":
         return device
     if device not in ("cuda", "cuda:0"):
-        raise ConfigError(f"training.device={device} under {world.launched_by}: each rank takes cuda:LOCAL_RANK "
-                          f"(here cuda:{world.local_rank}); leave training.device at cuda (or cpu)")
+        raise ConfigError(f"training.run.device={device} under {world.launched_by}: each rank takes cuda:LOCAL_RANK "
+                          f"(here cuda:{world.local_rank}); leave training.run.device at cuda (or cpu)")
     return f"cuda:{world.local_rank}"
 
 
-def rank_devices(training: dict) -> list[str]:
-    """One device per rank: `training.devices` lists GPU indices (one rank each); on the CPU the
+def rank_devices(run: RunSettings) -> list[str]:
+    """One device per rank: `training.run.devices` lists GPU indices (one rank each); on the CPU the
     list only sets the number of ranks."""
-    devices = training.get("devices")
-    device = str(training["device"])
+    devices = list(run.devices or [])
+    device = str(run.device)
     if not devices:
         return [device]
     if len(set(devices)) != len(devices):
-        raise ConfigError(f"training.devices={devices}: a GPU may appear once (one rank per GPU)")
+        raise ConfigError(f"training.run.devices={devices}: a GPU may appear once (one rank per GPU)")
     if device == "cpu":
         return ["cpu"] * len(devices)
     wanted = f"cuda:{devices[0]}"
     if device not in (wanted, "cuda" if devices[0] == 0 else wanted):
         raise ConfigError(
-            f"training.devices={devices} but training.device={device}: "
-            f"set training.device={wanted} (rank 0's device) or drop training.devices"
+            f"training.run.devices={devices} but training.run.device={device}: "
+            f"set training.run.device={wanted} (rank 0's device) or drop training.run.devices"
         )
     return [f"cuda:{d}" for d in devices]
 
@@ -280,11 +283,11 @@ def check_gpus_visible(devices: list[str]) -> None:
         count = len(HostFacts().nvml.gpus())
     except NvmlUnavailable as exc:
         raise NoGpuError(
-            f"training.device={devices[0]} but no NVIDIA GPU can be used here ({exc}); "
-            "train on the CPU with training.device=cpu (e.g. train +preset=cpu_smoke)"
+            f"training.run.device={devices[0]} but no NVIDIA GPU can be used here ({exc}); "
+            "train on the CPU with training.run.device=cpu (e.g. train +preset=cpu_smoke)"
         ) from exc
     if count == 0:
-        raise NoGpuError(f"training.device={devices[0]} but NVML sees no GPU; use training.device=cpu")
+        raise NoGpuError(f"training.run.device={devices[0]} but NVML sees no GPU; use training.run.device=cpu")
 
 
 def _rank_evidence(evidence: CudaProcessSharingEvidence, devices: list[str],

@@ -60,7 +60,7 @@ def check_inputs(run: str, checkpoint: str | None, tasks: tuple[str, ...] | None
     try:
         ckpt = find_checkpoint(checkpoint or run)
     except (FileNotFoundError, ValueError) as exc:  # ValueError: a latest.pt leading out of checkpoints/
-        raise EvalInputError(str(exc).replace("training.resume=", "")) from exc
+        raise EvalInputError(str(exc).replace("training.run.resume=", "")) from exc
     owner = run_dir_of(ckpt)
     if checkpoint and is_run_dir(owner):
         other = load_run_config(owner)
@@ -194,8 +194,8 @@ def evaluate(run: str, *, checkpoint: str | None = None, suites=("nominal", "rob
     config, ckpt = check_inputs(run, checkpoint)
     state = checkpoint_state(ckpt)
     evaluation = EVALUATIONS[config["task"]["name"]](config["task"], settings)
-    device = device or str(config["training"]["device"])
-    seed = int(config["training"]["seed"]) + 104729  # neither the training nor the play envs' seed
+    device = device or str(config["training"]["run"]["device"])
+    seed = int(config["training"]["run"]["seed"]) + 104729  # neither the training nor the play envs' seed
     report = {"schema": EVAL_SCHEMA, "run": str(Path(run).resolve()), "checkpoint": str(ckpt),
               "checkpoint_time": Path(ckpt).stat().st_mtime,  # when it was written: learning curves in wall time
               "task": config["task"]["name"], "algo": config["algo"]["name"], "device": device,
@@ -254,7 +254,7 @@ def add_parser(sub) -> None:
     p.add_argument("run", help="run directory")
     p.add_argument("--checkpoint", help="checkpoint file (default: the run's latest)")
     p.add_argument("--suite", choices=("nominal", "robust", "all"), default="all")
-    p.add_argument("--device", help="default: the run's training.device")
+    p.add_argument("--device", help="default: the run's training.run.device")
     p.add_argument("--envs-per-command", type=int, help="walk: envs per command of the grid (default: 32 on a GPU, "
                    f"{CPU_WALK['envs_per_command']} on the CPU)")
     p.add_argument("--hold-s", type=float, help="walk: seconds each command is held (default: 10 on a GPU, "
@@ -353,10 +353,10 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _run_device(run: str) -> str:
-    """The run's training.device ("cpu" when the run cannot be read: evaluate() then says why)."""
+    """The run's training.run.device ("cpu" when the run cannot be read: evaluate() then says why)."""
     from unilab.rundir.run_config import load_run_config
 
     try:
-        return str(load_run_config(run)["training"]["device"])
+        return str(load_run_config(run)["training"]["run"]["device"])
     except (FileNotFoundError, ValueError, KeyError):
         return "cpu"

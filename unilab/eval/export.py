@@ -50,7 +50,7 @@ def export(run: str, *, checkpoint: str | None = None, fmt: str = "onnx", out: s
         raise EvalInputError(str(exc)) from exc
     config, ckpt = check_inputs(run, checkpoint, tasks=None)
     state = checkpoint_state(ckpt)
-    seed = int(config["training"]["seed"])
+    seed = int(config["training"]["run"]["seed"])
     task = instantiate("task", {**config["task"], "num_envs": 1})
     env = make_env(task, instantiate("sim", config["sim"]), "cpu", seed)
     try:

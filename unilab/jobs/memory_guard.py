@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from unilab.mps.nvml import GpuInfo, GpuMemory, NvmlUnavailable, SystemNvml, visible_devices
 from unilab.processes import descendants
@@ -108,8 +108,9 @@ class MemoryGuard:
         return [(o, visible[o]) for o in ordinals if o < len(visible) and isinstance(visible[o], GpuInfo)]
 
 
-def cuda_ordinals(training: dict) -> list[int]:
-    """The CUDA devices (as numbered in this process) of a job's ranks, from its `training` config; [] on the CPU."""
+def cuda_ordinals(run: Any) -> list[int]:
+    """The CUDA devices (as numbered in this process) of a job's ranks, from its `training.run` settings (device,
+    devices); [] on the CPU."""
     from unilab.config.validation import rank_devices
 
-    return [int(d.partition(":")[2] or 0) for d in rank_devices(training) if d.startswith("cuda")]
+    return [int(d.partition(":")[2] or 0) for d in rank_devices(run) if d.startswith("cuda")]

@@ -2,7 +2,7 @@
 
 The launching process never imports torch or Warp: the children are fresh interpreters
 (spawn), and their environment (MPS variables included) is fixed before they start.
-It starts every rank of `training.devices` on this host, or, under torchrun or srun, the one rank the
+It starts every rank of `training.run.devices` on this host, or, under torchrun or srun, the one rank the
 cluster launcher made of it; either way each rank is described by a DistributedContext (unilab.world).
 """
 
@@ -83,7 +83,7 @@ def _launch(prepared: PreparedRun, cfg: DictConfig) -> int:
         summary = _summary(supervisor, started, prepared.own_dir)
         summary.notes[:0] = prepared.notes  # the resume's (a corrupt latest.pt passed over), a clip that cannot fit
         summary.notes += _gather_ranks(prepared)
-        play = (summary.status == "completed" and not training.no_play and not interrupted()
+        play = (summary.status == "completed" and not training.outputs.no_play and not interrupted()
                 and ranks[0].spec.rank == 0)  # one play per run: rank 0's
         if play:
             summary.play = {"status": "started"}  # replaced by the report; stays if the launcher is killed
@@ -92,15 +92,15 @@ def _launch(prepared: PreparedRun, cfg: DictConfig) -> int:
         _tell_torchrun(summary, prepared.own_dir)
         if play:
             console.print("playing the trained policy in a fresh process (it builds its worlds first)")
-            summary.play = _play(ctx, prepared, ranks[0], training.startup_timeout_s,
+            summary.play = _play(ctx, prepared, ranks[0], training.loop.startup_timeout_s,
                                  lambda: supervisor.interrupted_by)
             play_interrupted = "interrupted" in summary.play
             _write_summary(summary, prepared.own_dir)
-        if training.video_interval:  # the clips whose render the collector stopped at its exit
+        if training.outputs.video_interval:  # the clips whose render the collector stopped at its exit
             from unilab.viz.clip import render_leftovers
 
             render_leftovers(prepared.run_dir, interrupted, say=console.print)
-        if (summary.status == "completed" and training.device == "cpu" and ranks[0].spec.rank == 0
+        if (summary.status == "completed" and training.run.device == "cpu" and ranks[0].spec.rank == 0
                 and not interrupted() and not os.environ.get(NO_NEXT_STEPS_ENV)):
             print("unilab: " + "\n".join(_after_a_cpu_run(prepared)), file=sys.stderr)  # commands as they are typed
     cause = supervisor.cause
@@ -128,14 +128,14 @@ def _create_ranks(prepared: PreparedRun, ctx, to_launcher, stop_event, go_event)
     from unilab.runtime.learner import learner_main
 
     training = prepared.config.training
-    devices = prepared.rank_devices or [training.device]
+    devices = prepared.rank_devices or [training.run.device]
     evidences = prepared.rank_evidence or [prepared.manifest.cuda_process_sharing]
     if prepared.world:  # torchrun or srun: this launcher starts its own rank only
         worlds = [prepared.world]
     else:
         worlds = single_host(len(devices), _free_port() if len(devices) > 1 else None)
     no_mps_dir = None
-    if training.block_ambient_mps and evidences[0].configured != "mps":
+    if training.mps.block_ambient_mps and evidences[0].configured != "mps":
         no_mps_dir = prepared.run_dir / NO_MPS_PIPE_DIR  # empty: no daemon answers there
         no_mps_dir.mkdir(exist_ok=True)
     ranks = []
@@ -329,8 +329,8 @@ def _verify(prepared: PreparedRun, ranks: list[_Rank], ready: dict[str, Ready],
         lr, cr = ready[spec.name("learner")], ready[spec.name("collector")]
         outcome = verify_rank(r.evidence, Child(spec.name("learner"), lr.pid, lr.gpu_uuid),
                               Child(spec.name("collector"), cr.pid, cr.gpu_uuid),
-                              attach_timeout_s=training.mps_attach_timeout_s,
-                              role_env=prepared.role_mps_env, block_ambient=training.block_ambient_mps,
+                              attach_timeout_s=training.mps.mps_attach_timeout_s,
+                              role_env=prepared.role_mps_env, block_ambient=training.mps.block_ambient_mps,
                               cancelled=cancelled)
         if outcome.error is not None or outcome.cancelled:
             return outcome.error  # None when cancelled: nothing was verified, and the caller stops the run

@@ -63,7 +63,7 @@ def _check_fit(found, config: RunConfig, resume: str) -> None:
         sizes = (int(dims["obs_dim"]), int(dims["critic_obs_dim"]), int(dims["action_dim"]))
         fitted_learner(algo, sizes, found.state, found.path, config.task.name, "cpu", 0)
     except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"training.resume={resume}: {exc}; resume from a checkpoint of this run "
+        raise ConfigError(f"training.run.resume={resume}: {exc}; resume from a checkpoint of this run "
                           "(or start a new run)") from None
 
 
@@ -90,16 +90,16 @@ def _new_run_dir(config: RunConfig, name_suffix: str = "") -> Path:
     """A new run directory; a log_dir that is a file or cannot be written is a usage error (exit 2)."""
     training = config.training
     try:
-        return new_run_dir(training.log_dir, training.run_name, config.algo.name, config.task.name, name_suffix)
+        return new_run_dir(training.run.log_dir, training.run.run_name, config.algo.name, config.task.name, name_suffix)
     except OSError as exc:
-        fix = ("choose a shorter training.run_name (this file system takes shorter names)"
-               if exc.errno == errno.ENAMETOOLONG else "set training.log_dir to a writable directory")
-        raise ConfigError(f"training.log_dir={training.log_dir}: {exc.strerror or exc}; {fix}") from None
+        fix = ("choose a shorter training.run.run_name (this file system takes shorter names)"
+               if exc.errno == errno.ENAMETOOLONG else "set training.run.log_dir to a writable directory")
+        raise ConfigError(f"training.run.log_dir={training.run.log_dir}: {exc.strerror or exc}; {fix}") from None
 
 
 def prepare_run(request: ValidatedRequest, name_suffix: str = "") -> PreparedRun:
     """The run directory and its evidence files for a request every check passed (unilab.config.validation).
-    `name_suffix`: appended to the default run name (a sweep job's swept values), not to training.run_name."""
+    `name_suffix`: appended to the default run name (a sweep job's swept values), not to training.run.run_name."""
     config, world = request.config, request.world
     if world is not None:
         run_dir, own_dir, lock = _claim_rank_dir(config, world)
@@ -144,14 +144,14 @@ def prepare_run(request: ValidatedRequest, name_suffix: str = "") -> PreparedRun
 
 
 def _no_clip_note(config: RunConfig, start_iteration: int) -> str | None:
-    """A run too short for its training.video_interval says so before it starts, not by a missing clip."""
-    training = config.training
-    if not training.video_interval:
+    """A run too short for its training.outputs.video_interval says so before it starts, not by a missing clip."""
+    interval = config.training.outputs.video_interval
+    if not interval:
         return None
     from unilab.viz.clip import no_clip_note
 
-    return no_clip_note(training.video_interval, start_iteration, config.algo.max_iterations,
-                        training.env_steps_per_sync, config.sim.control_dt)
+    return no_clip_note(interval, start_iteration, config.algo.max_iterations,
+                        config.training.loop.env_steps_per_sync, config.sim.control_dt)
 
 
 def _say(notes: list[str]) -> None:
@@ -161,24 +161,24 @@ def _say(notes: list[str]) -> None:
 
 def _claim_rank_dir(config: RunConfig, world: DistributedContext):
     """(run dir, this rank's directory in it, its lock) of a torchrun or srun rank. The name is the same on
-    every rank (training.run_name, else the run id), so no rank may pick another: rank 0 refuses a directory
+    every rank (training.run.run_name, else the run id), so no rank may pick another: rank 0 refuses a directory
     that holds a run, rank r > 0 one whose rank_<r>/ exists (a shared filesystem, or a node's own disk)."""
     training = config.training
-    name = training.run_name or world.default_run_name(config.algo.name, config.task.name)
-    run_dir = Path(training.log_dir).expanduser().resolve() / name
+    name = training.run.run_name or world.default_run_name(config.algo.name, config.task.name)
+    run_dir = Path(training.run.log_dir).expanduser().resolve() / name
     own_dir = rank_dir(run_dir, world.rank)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)  # another rank may have made it first
         if world.rank == 0 and is_run_dir(run_dir):
-            raise ConfigError(f"{run_dir} holds a run already: give this run another training.run_name (every "
+            raise ConfigError(f"{run_dir} holds a run already: give this run another training.run.run_name (every "
                               "rank the same) or remove it")
         own_dir.mkdir(exist_ok=world.rank == 0)
     except FileExistsError:
         raise ConfigError(f"{own_dir} exists already (an earlier run of this name): give this run another "
-                          "training.run_name (every rank the same) or remove it") from None
+                          "training.run.run_name (every rank the same) or remove it") from None
     except OSError as exc:
-        raise ConfigError(f"training.log_dir={training.log_dir}: cannot create {own_dir}: "
-                          f"{exc.strerror or exc}; set training.log_dir to a writable directory") from None
+        raise ConfigError(f"training.run.log_dir={training.run.log_dir}: cannot create {own_dir}: "
+                          f"{exc.strerror or exc}; set training.run.log_dir to a writable directory") from None
     return run_dir, own_dir, _lock(own_dir)
 
 
@@ -186,7 +186,7 @@ def _claim_run_dir(config: RunConfig, name_suffix: str = ""):
     """(run dir, its lock, the checked resume target or None). A resume's directory is locked before it is
     read or touched (a run still training there keeps it), then every check runs; the lock is released if
     one fails (an exception's frames would otherwise keep it alive in this process)."""
-    resume = config.training.resume
+    resume = config.training.run.resume
     if not resume:
         run_dir = _new_run_dir(config, name_suffix)
         return run_dir, _lock(run_dir), None

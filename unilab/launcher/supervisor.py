@@ -71,7 +71,7 @@ class Supervisor:
 
     def run(self) -> None:
         """Supervise until every child has exited."""
-        startup_deadline = time.monotonic() + self.specs[0].training.startup_timeout_s
+        startup_deadline = time.monotonic() + self.specs[0].training.loop.startup_timeout_s
         while True:
             if self.interrupted_by and not self.stop_event.is_set():
                 self.fail("interrupted", f"{self.interrupted_by} received")
@@ -83,7 +83,7 @@ class Supervisor:
                 return
             self._on_exits(alive)
             if not self.verified and time.monotonic() > startup_deadline:
-                self.fail("failed", f"start-up took longer than {self.specs[0].training.startup_timeout_s:g} s", "launcher")
+                self.fail("failed", f"start-up took longer than {self.specs[0].training.loop.startup_timeout_s:g} s", "launcher")
             self._escalate()
 
     def _receive(self) -> None:

@@ -38,23 +38,23 @@ def child_device_and_env(
 
 def role_mps_env(thread_percentage: Mapping | None, client_priority: Mapping | None,
                  mode: str | None) -> dict[str, dict[str, str]]:
-    """role -> the CUDA_MPS_* variables its child starts with, from training.mps_active_thread_percentage
-    (`thread_percentage`) and training.mps_client_priority (`client_priority`) under the requested `mode`
-    (training.cuda_process_sharing). A value that cannot be used raises MpsSettingError."""
+    """role -> the CUDA_MPS_* variables its child starts with, from training.mps.mps_active_thread_percentage
+    (`thread_percentage`) and training.mps.mps_client_priority (`client_priority`) under the requested `mode`
+    (training.mps.cuda_process_sharing). A value that cannot be used raises MpsSettingError."""
     shares = {role: value for role, value in (thread_percentage or {}).items() if value is not None}
     for role, value in shares.items():
         if not 1 <= int(value) <= 100:
-            raise MpsSettingError(f"training.mps_active_thread_percentage.{role}={value}: expected 1 to 100 "
+            raise MpsSettingError(f"training.mps.mps_active_thread_percentage.{role}={value}: expected 1 to 100 "
                                   "(percent of the GPU's SMs a role's kernels may use), or null")
     priorities = {role: str(getattr(value, "value", value))
                   for role, value in (client_priority or {}).items() if value is not None}
     for role, value in priorities.items():
         if value not in MPS_PRIORITY_LEVEL:
-            raise MpsSettingError(f"training.mps_client_priority.{role}={value}: expected normal, below_normal "
+            raise MpsSettingError(f"training.mps.mps_client_priority.{role}={value}: expected normal, below_normal "
                                   "or null")
     for key, given in (("mps_active_thread_percentage", shares), ("mps_client_priority", priorities)):
         if given and mode != "mps":
-            raise MpsSettingError(f"training.{key} applies to MPS clients only: add +execution=mps or leave it "
+            raise MpsSettingError(f"training.mps.{key} applies to MPS clients only: add +execution=mps or leave it "
                                   "null")
     env: dict[str, dict[str, str]] = {}
     for role, value in shares.items():

@@ -43,7 +43,7 @@ class CudaProcessSharingError(RuntimeError):
 
     def render(self) -> str:
         lines = [
-            f"unilab: training.cuda_process_sharing cannot be honoured (unmet prerequisite '{self.prerequisite.value}')",
+            f"unilab: training.mps.cuda_process_sharing cannot be honoured (unmet prerequisite '{self.prerequisite.value}')",
             f"  {self.message}",
             f"  found: {self.found}",
             "  fix:",
@@ -111,5 +111,5 @@ def mps_server_fault_fix(log_dir: str | None) -> list[str]:
         "restart the daemon: unilab mps stop; unilab mps start  (raw: echo quit | nvidia-cuda-mps-control; "
         "nvidia-cuda-mps-control -d)",
         "check the GPU: unilab mps doctor",
-        "then resume the run: train ... training.resume=<run directory>",
+        "then resume the run: train ... training.run.resume=<run directory>",
     ]

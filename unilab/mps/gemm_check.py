@@ -75,7 +75,7 @@ def check_half_gemm(device, role: str, share: str, **kwargs) -> None:
                 f"{SHARE_VAR}={share} for the {role}: half-precision matrix products are wrong on {device}"
                 f"{f' ({sms} SMs visible)' if sms else ''}: {case} relative error {err:.3g}. "
                 f"Seen on an H200 at 70-80 % (and, for some learner shapes, 30 %); choose another share "
-                f"(e.g. 50, 60 or 90) or unset training.mps_active_thread_percentage.{role}"
+                f"(e.g. 50, 60 or 90) or unset training.mps.mps_active_thread_percentage.{role}"
             )
 
 

@@ -41,7 +41,7 @@ def _mode_value(requested) -> str | None:
         return requested
     raise CudaProcessSharingError(
         Prerequisite.MODE_VALUE,
-        "training.cuda_process_sharing must be null or one of: " + ", ".join(SUPPORTED_MODES),
+        "training.mps.cuda_process_sharing must be null or one of: " + ", ".join(SUPPORTED_MODES),
         found=repr(requested),
         fix=["train +execution=mps      # or omit it for the default (null)"],
     )
@@ -164,7 +164,7 @@ def _cuda_index(device: str, prerequisite: Prerequisite, role: str) -> int:
             prerequisite,
             f"the {role} must be a CUDA device ('cuda' or 'cuda:N') under MPS",
             found=f"{role} device {device!r}",
-            fix=["train training.device=cuda:0 +execution=mps ..."],
+            fix=["train training.run.device=cuda:0 +execution=mps ..."],
         )
     return int(m.group(1) or 0)
 
@@ -190,7 +190,7 @@ def _same_physical_gpu(host: HostFacts, learner_idx: int, collector_idx: int, ba
                 f"the {role} device {device} is not among the visible GPUs",
                 found=f"{len(visible)} visible GPU(s); CUDA_VISIBLE_DEVICES={cvd!r}; NVML sees {len(gpus)}",
                 fix=["nvidia-smi -L    # list GPU indices and UUIDs",
-                     "export CUDA_VISIBLE_DEVICES=<GPU-UUID>   # then use training.device=cuda:0"],
+                     "export CUDA_VISIBLE_DEVICES=<GPU-UUID>   # then use training.run.device=cuda:0"],
             )
         entry = visible[idx]
         if isinstance(entry, MigEntry) or entry.mig_enabled:
@@ -210,7 +210,7 @@ def _same_physical_gpu(host: HostFacts, learner_idx: int, collector_idx: int, ba
             "learner and collector must share one physical GPU (rank-local placement)",
             found=f"learner {base['learner_device']} = {learner.uuid}, "
             f"collector {base['collector_device']} = {collector.uuid}",
-            fix=["train training.device=cuda:0 +execution=mps ...   # one device for both roles"],
+            fix=["train training.run.device=cuda:0 +execution=mps ...   # one device for both roles"],
         )
     return learner
 

@@ -113,7 +113,7 @@ def _ambient(evidence, learner: Child, collector: Child, blocked: bool, cancelle
     if not report.all_attached:
         if blocked:
             return evidence.model_copy(update={"notes": [
-                *evidence.notes, "training.block_ambient_mps: the children were pointed at an empty pipe "
+                *evidence.notes, "training.mps.block_ambient_mps: the children were pointed at an empty pipe "
                 "directory; the reachable daemon lists neither of them as a client"]})
         return evidence
     return evidence.model_copy(update={

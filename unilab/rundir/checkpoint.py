@@ -1,4 +1,4 @@
-"""Checkpoints under <run dir>/checkpoints; `training.resume` accepts a run dir or a file.
+"""Checkpoints under <run dir>/checkpoints; `training.run.resume` accepts a run dir or a file.
 
 A checkpoint is read with torch's weights-only unpickler: tensors, numbers, strings, lists, tuples and
 dicts, which is all unilab writes. A file that names any other Python global (a class, or a function such
@@ -124,11 +124,11 @@ def find_checkpoint(resume: str) -> Path:
             return latest
         found = sorted((path / CHECKPOINT_DIR).glob(CHECKPOINT_GLOB))
         if not found:
-            raise FileNotFoundError(f"training.resume={resume}: no checkpoint in {path / CHECKPOINT_DIR}")
+            raise FileNotFoundError(f"training.run.resume={resume}: no checkpoint in {path / CHECKPOINT_DIR}")
         return found[-1]
     if path.is_file():
         return path
-    raise FileNotFoundError(f"training.resume={resume}: no such run directory or checkpoint")
+    raise FileNotFoundError(f"training.run.resume={resume}: no such run directory or checkpoint")
 
 
 def latest_target(folder: Path) -> Path | None:
@@ -153,7 +153,7 @@ def find_intact_checkpoint(resume: str) -> FoundCheckpoint:
     if path.is_file():
         return FoundCheckpoint(path.resolve(), read_checkpoint(path))
     if not path.is_dir():
-        raise FileNotFoundError(f"training.resume={resume}: no such run directory or checkpoint")
+        raise FileNotFoundError(f"training.run.resume={resume}: no such run directory or checkpoint")
     folder = path / CHECKPOINT_DIR
     candidates = []
     latest = latest_target(folder)
@@ -161,7 +161,7 @@ def find_intact_checkpoint(resume: str) -> FoundCheckpoint:
         candidates.append(latest)
     candidates += [p for p in sorted(folder.glob(CHECKPOINT_GLOB), reverse=True) if p not in candidates]
     if not candidates:
-        raise FileNotFoundError(f"training.resume={resume}: no checkpoint in {folder}")
+        raise FileNotFoundError(f"training.run.resume={resume}: no checkpoint in {folder}")
     skipped = []
     for candidate in candidates:
         try:
@@ -173,11 +173,12 @@ def find_intact_checkpoint(resume: str) -> FoundCheckpoint:
             continue
         notes = [f"{reason}; resuming from {candidate.name} instead" for reason in skipped]
         return FoundCheckpoint(candidate, state, notes)
-    raise FileNotFoundError(f"training.resume={resume}: no intact checkpoint in {folder}:\n  " + "\n  ".join(skipped))
+    raise FileNotFoundError(f"training.run.resume={resume}: no intact checkpoint in {folder}:\n  "
+                            + "\n  ".join(skipped))
 
 
 def prune_checkpoints(run_dir: str | Path, keep: int | None, newest: Path) -> list[str]:
-    """training.keep_checkpoints: once `newest` is saved (latest.pt points to it), remove the iter_N.pt files
+    """training.outputs.keep_checkpoints: once `newest` is saved (latest.pt points to it), remove the iter_N.pt files
     beyond the `keep` newest at or below its iteration (None: keep every one); their names. latest.pt's file
     always stays; files of later iterations (from before a resume from an earlier checkpoint, which overwrites
     them as it reaches them) are left alone."""

@@ -1,4 +1,4 @@
-"""Run directories under training.log_dir, created only after the execution probe passed; a resumed
+"""Run directories under training.run.log_dir, created only after the execution probe passed; a resumed
 run reuses its directory and first archives the evidence of the segment before it."""
 
 from __future__ import annotations

@@ -1,21 +1,21 @@
 """The names inside a run directory, in one place: every writer and reader takes them from here.
 
-    <training.log_dir>/<run name>/
+    <training.run.log_dir>/<run name>/
       run_config.json        run_config.py: the resolved config
       runtime_manifest.json  manifest.py: how the run executed (ranks, PIDs, MPS evidence)
       metrics.jsonl          metrics.py: one row per iteration (rank 0; rank r under rank_<r>/)
       rank_<r>/              rank r > 0: its metrics; under torchrun or srun also its own run_config.json,
                              runtime_manifest.json, run_summary.json and run.lock (ranks.py)
       tensorboard/           metrics.py: the same rows for TensorBoard
-      wandb/                 wandb_sink.py: the same rows for W&B (training.logger; written by wandb)
+      wandb/                 wandb_sink.py: the same rows for W&B (training.outputs.logger; written by wandb)
       checkpoints/           checkpoint.py: iter_NNNNNNN.pt and the latest.pt link
       run_summary.json       summary.py: how the run ended
-      policy.onnx            training.export_onnx=true (with unilab export's metadata)
+      policy.onnx            training.outputs.export_onnx=true (with unilab export's metadata)
       logs/                  the children's stderr (learner.stderr, collector.stderr; other ranks by name)
-      videos/                training.video_interval: clips of world 0 (unilab.viz.clip)
+      videos/                training.outputs.video_interval: clips of world 0 (unilab.viz.clip)
       play.json              unilab.runtime.play
       eval.json              unilab.eval (default place; `--out` may put it elsewhere)
-      no_mps_pipe/           training.block_ambient_mps: an empty MPS pipe directory
+      no_mps_pipe/           training.mps.block_ambient_mps: an empty MPS pipe directory
       segments/<n>/          create.py: the evidence of a resumed run's earlier segments
       run.lock               lock.py: flock'ed by the launcher for the run's life (holds its pid)
 """

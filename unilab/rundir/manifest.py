@@ -57,7 +57,7 @@ class RuntimeManifest(BaseModel):
     task: str
     backend: str
     world_size: int = 1
-    # train (training.devices: every rank from this launcher), torchrun or srun (one launcher per rank)
+    # train (training.run.devices: every rank from this launcher), torchrun or srun (one launcher per rank)
     launched_by: str = "train"
     # What produced the run (None in a manifest written before schema 2): the unilab checkout's git commit and
     # dirty flag, and the torch / warp / mujoco / mujoco-warp / CUDA / NVIDIA driver versions.

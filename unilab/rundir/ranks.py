@@ -4,7 +4,7 @@ Every rank has its own launcher there. Rank 0 writes the run's files at the top 
 runtime_manifest.json, run_summary.json, checkpoints); rank r > 0 writes its own under rank_<r>/ (the
 same three files, beside its metrics), and every rank's children their logs under logs/. The top
 runtime_manifest.json lists every rank (`ranks`, one entry per global rank):
-- with a shared filesystem (all nodes see the same training.log_dir) rank 0 gathers the entries at the end
+- with a shared filesystem (all nodes see the same training.run.log_dir) rank 0 gathers the entries at the end
   of the run (`gather_rank_entries`);
 - without one each node holds a directory of its own at the same path, and `unilab merge-ranks RANK0_DIR
   OTHER_DIR...` copies the other nodes' rank directories and logs into rank 0's, then gathers
@@ -20,7 +20,7 @@ from .layout import MANIFEST_FILE, RUN_CONFIG_FILE, rank_dir
 from .manifest import RuntimeManifest
 
 LOG_DIR = "logs"  # unilab.runtime.child_log.LOG_DIR (not imported: that module redirects file descriptors)
-NODE_LOCAL_KEYS = ("training.log_dir",)  # may differ between the ranks of one run (each node's own disk)
+NODE_LOCAL_KEYS = ("training.run.log_dir",)  # may differ between the ranks of one run (each node's own disk)
 
 
 class MergeError(ValueError):

@@ -26,7 +26,7 @@ DIMS = ("obs_dim", "critic_obs_dim", "action_dim")
 
 
 class ResumeRefused(ValueError):
-    """A resume this run cannot make: the message names the setting (training.resume=...), why, and what to do."""
+    """A resume this run cannot make: the message names the setting (training.run.resume=...), why, and what to do."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def resume_target(resume: str, config_values: dict[str, Any], max_iterations: in
     _check_structure(resume, found, run_dir, config_values)
     fits(found)
     if max_iterations <= found.iteration:
-        raise ResumeRefused(f"training.resume={resume}: algo.max_iterations={max_iterations} but {found.path.name} "
+        raise ResumeRefused(f"training.run.resume={resume}: algo.max_iterations={max_iterations} but {found.path.name} "
                             f"is at iteration {found.iteration}: set algo.max_iterations above {found.iteration}")
     _check_metrics(run_dir, resume)
     return ResumeTarget(run_dir, str(found.path), found.iteration, found.notes)
@@ -77,7 +77,7 @@ def resume_target(resume: str, config_values: dict[str, Any], max_iterations: in
 def _run_dir(resume: str, checkpoint: Path) -> Path:
     run_dir = run_dir_of(checkpoint)
     if not is_run_dir(run_dir):
-        raise ResumeRefused(f"training.resume={resume}: {run_dir} is not a unilab run directory")
+        raise ResumeRefused(f"training.run.resume={resume}: {run_dir} is not a unilab run directory")
     return run_dir
 
 
@@ -87,10 +87,10 @@ def _check_structure(resume: str, found: FoundCheckpoint, run_dir: Path, config_
     try:
         theirs = found.state.get("config") or structure_of(load_run_config(run_dir))
     except ValueError as exc:
-        raise ResumeRefused(f"training.resume={resume}: {exc}") from exc
+        raise ResumeRefused(f"training.run.resume={resume}: {exc}") from exc
     differing = structure_diff(theirs, structure_of(config_values))
     if differing:
-        raise ResumeRefused(f"training.resume={resume}: {found.path.name} was trained with another network or "
+        raise ResumeRefused(f"training.run.resume={resume}: {found.path.name} was trained with another network or "
                             "task; resume with the checkpoint's values (or start a new run):\n    "
                             + "\n    ".join(differing))
 
@@ -101,7 +101,7 @@ def _check_metrics(run_dir: Path, resume: str) -> None:
         try:
             read_metrics(metrics.parent, torn_tail_ok=True)
         except (MetricsError, OSError, UnicodeDecodeError) as exc:
-            raise ResumeRefused(f"training.resume={resume}: {exc}; repair or remove that line to resume") from exc
+            raise ResumeRefused(f"training.run.resume={resume}: {exc}; repair or remove that line to resume") from exc
 
 
 def lost_rows(target: ResumeTarget) -> list[str]:

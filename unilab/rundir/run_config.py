@@ -10,6 +10,8 @@ from typing import Any
 
 from unilab.atomic import write_json_atomic
 from .layout import RUN_CONFIG_FILE
+from .renamed import upgrade_training_values
+
 
 def write_run_config(run_dir: str | os.PathLike, config: dict[str, Any]) -> Path:
     return write_json_atomic(Path(run_dir) / RUN_CONFIG_FILE, config)
@@ -27,19 +29,21 @@ def load_run_config(run: str | os.PathLike) -> dict[str, Any]:
     except UnicodeDecodeError:  # a checkpoint or another binary file given for a run
         raise ValueError(f"{path}: not a run_config.json (a binary file, not JSON text)") from None
     try:
-        return upgrade_config(json.loads(text))
+        return upgrade_config(json.loads(text), str(path))
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not valid JSON ({exc})") from exc
 
 
-def upgrade_config(config: Any) -> Any:
+def upgrade_config(config: Any, source: str = "a run_config.json") -> Any:
     """An earlier version's run config in today's keys: training.tensorboard (true/false) became
-    training.logger ([tensorboard]/[]); a tracking run from before task.solver_iterations trained with
-    the G1 model's solver cap of 10, which eval and play must keep (today's default is lower)."""
+    training.logger ([tensorboard]/[]), and the flat training keys went into their groups (unilab.rundir.renamed);
+    a tracking run from before task.solver_iterations trained with the G1 model's solver cap of 10, which eval
+    and play must keep (today's default is lower)."""
     training = config.get("training") if isinstance(config, dict) else None
     if isinstance(training, dict) and "tensorboard" in training:
         enabled = training.pop("tensorboard")
         training.setdefault("logger", ["tensorboard"] if enabled else [])
+    upgrade_training_values(config, source)
     task = config.get("task") if isinstance(config, dict) else None
     if isinstance(task, dict) and task.get("name") == "g1_motion_tracking":
         task.setdefault("solver_iterations", 10)

@@ -32,7 +32,7 @@ class RunSummary(BaseModel):
     final_metrics: dict[str, Any] = Field(default_factory=dict)
     data_parallel: Optional[dict[str, Any]] = None
     notes: list[str] = Field(default_factory=list)
-    play: Optional[dict[str, Any]] = None  # the play report (training.no_play=false), or {"error": ...}
+    play: Optional[dict[str, Any]] = None  # the play report (training.outputs.no_play=false), or {"error": ...}
 
     def error_line(self) -> Optional[str]:
         """The failed child's exception as its traceback ends: type and message (the message says what to

@@ -1,4 +1,4 @@
-"""The Weights & Biases sink of the metrics rows (training.logger includes wandb; rank 0 only).
+"""The Weights & Biases sink of the metrics rows (training.outputs.logger includes wandb; rank 0 only).
 
 W&B is a side channel: metrics.jsonl stays the record, so any failure of wandb (import, init, log,
 finish) prints one warning and turns the sink off instead of ending the run."""
@@ -86,6 +86,6 @@ class WandbSink:
 
 
 def wandb_settings(spec: Any) -> WandbSettings:
-    """The W&B settings of a run from its RoleSpec (training.wandb_project, training.wandb_mode)."""
-    return WandbSettings(project=spec.training.wandb_project, mode=spec.training.wandb_mode,
+    """The W&B settings of a run from its RoleSpec (training.outputs.wandb_project, training.outputs.wandb_mode)."""
+    return WandbSettings(project=spec.training.outputs.wandb_project, mode=spec.training.outputs.wandb_mode,
                          config=spec.config.values)

@@ -69,7 +69,7 @@ class Collector:
         self.spec = spec
         self.mailbox = mailbox
         self.to_learner = to_learner
-        self.timeout = spec.training.stall_timeout_s
+        self.timeout = spec.training.loop.stall_timeout_s
         self.device = device = torch.device(spec.device)
         if device.type == "cpu":
             torch.set_num_threads(1)  # learner and collector share the cores; tiny ops lose to thread overhead
@@ -80,17 +80,17 @@ class Collector:
         self.phase(f"collector: building the worlds ({spec.task.num_envs} envs of "
                    f"{spec.task.name}) and compiling the Warp kernels they need (cached for the "
                    "next runs)")
-        self.k_ticks = spec.training.env_steps_per_sync
+        self.k_ticks = spec.training.loop.env_steps_per_sync
         # The buffers are shared as soon as the env knows its sizes (`_share`), before its kernels compile:
         # the learner then builds and compiles its networks while this process compiles the physics.
         self.env = env = make_env(spec.task, spec.sim, str(device), spec.seed, on_sized=self._share,
                                   on_stage=lambda text: self.phase(f"collector: {text}"))
         self.phase(f"collector: worlds built in {time.monotonic() - t0:.1f} s")
-        self.clips = None  # training.video_interval: world 0 recorded on the device (unilab.viz.clip)
-        if spec.training.video_interval and spec.rank == 0:
+        self.clips = None  # training.outputs.video_interval: world 0 recorded on the device (unilab.viz.clip)
+        if spec.training.outputs.video_interval and spec.rank == 0:
             from unilab.viz.clip import ClipRecorder
 
-            self.clips = ClipRecorder(env, spec.training.video_interval, spec.run_dir)
+            self.clips = ClipRecorder(env, spec.training.outputs.video_interval, spec.run_dir)
 
     def phase(self, text: str) -> None:
         """A step the console names (printed by the launcher)."""
@@ -105,11 +105,11 @@ class Collector:
         self.dims = dims = Dims(env.num_envs, env.obs_dim, env.critic_obs_dim, env.action_dim, self.k_ticks)
         self.obs_buf = share(torch.zeros(dims.num_envs, dims.obs_dim, device=device))
         self.act_buf = share(torch.zeros(dims.num_envs, dims.action_dim, device=device))
-        self.slots = [{k: share(v) for k, v in make_slot(dims, device).items()} for _ in range(self.spec.training.ingress_slots)]
+        self.slots = [{k: share(v) for k, v in make_slot(dims, device).items()} for _ in range(self.spec.training.loop.ingress_slots)]
         self.obs_ready = CrossProcessEvent(device)
         self.slot_ready = [CrossProcessEvent(device) for _ in self.slots]
         policy_env = None
-        if self.spec.training.export_onnx and self.spec.rank == 0:
+        if self.spec.training.outputs.export_onnx and self.spec.rank == 0:
             from unilab.tasks.common.metadata import env_description
 
             policy_env = env_description(env)
@@ -123,7 +123,7 @@ class Collector:
         from .shared import CrossProcessEvent
 
         device = self.device
-        events = self.mailbox.get(LearnerEvents, phase="startup", timeout_s=self.spec.training.startup_timeout_s)
+        events = self.mailbox.get(LearnerEvents, phase="startup", timeout_s=self.spec.training.loop.startup_timeout_s)
         self.act_ready = CrossProcessEvent(device, events.act_ready)
         self.slot_free = [CrossProcessEvent(device, h) for h in events.slot_free]
 
@@ -191,7 +191,7 @@ class Collector:
             t0 = time.perf_counter()
             # The first action comes once the learner has compiled its networks: a start-up wait.
             self.mailbox.get(Act, phase="waiting for the learner's action",
-                             timeout_s=self.timeout if self.tick else self.spec.training.startup_timeout_s)
+                             timeout_s=self.timeout if self.tick else self.spec.training.loop.startup_timeout_s)
             wait_ms += 1e3 * (time.perf_counter() - t0)
             self.act_ready.wait()
             self._tick(slot, slice(k * n, (k + 1) * n), stamps[k])

@@ -3,7 +3,7 @@
 Per iteration: for each of the `env_steps_per_sync` ticks, wait for the collector's
 observation, run the acting policy on a high-priority stream and publish the action; then
 the update phase on its own stream: publish the weights of the previous update to the acting
-copy, launch the (captured) update, ingest the replay slot (`training.update_before_ingest`, the
+copy, launch the (captured) update, ingest the replay slot (`training.loop.update_before_ingest`, the
 default; false ingests the slot first). The host does not wait for the
 update: the next ticks' inference and the collector's physics overlap it on the GPU, which
 is the overlap CUDA MPS turns into throughput. The acting policy therefore lags the trained
@@ -47,9 +47,9 @@ def learner_main(spec: RoleSpec, inbox, to_collector, to_launcher, stop_event, g
         if spec.world_size > 1:
             from .rank_watch import join_world  # torch.distributed: imported in the child only
 
-            watch = join_world(spec.world, device, spec.training.dist_timeout_s, name, to_launcher.put)
+            watch = join_world(spec.world, device, spec.training.loop.dist_timeout_s, name, to_launcher.put)
         built = LearnerLoop(spec, mailbox, to_collector, to_launcher, watch)
-        wait_for_go(go_event, spec.training.startup_timeout_s, stop_event, name)
+        wait_for_go(go_event, spec.training.loop.startup_timeout_s, stop_event, name)
         built.phase(f"training: {spec.algo.max_iterations} iterations of {built.dims.num_envs} envs x "
                     f"{built.dims.ticks_per_slot} steps")
         loop = built  # a loop that never got the go has nothing to save and is not closed
@@ -123,7 +123,7 @@ class LearnerLoop:
         self.watch = watch  # the rank watch of a data-parallel run (rank_watch.join_world), else None
         self.device = torch.device(spec.device)
         torch.manual_seed(spec.seed)
-        self.link = CollectorLink(mailbox, self.device, to_collector, spec.training.startup_timeout_s)
+        self.link = CollectorLink(mailbox, self.device, to_collector, spec.training.loop.startup_timeout_s)
         self.dims = self.link.dims
         t0 = time.monotonic()
         self.phase(f"learner: building the {spec.algo.name} networks and replay")
@@ -167,7 +167,7 @@ class LearnerLoop:
             # a few thousand fresh samples and a full update cycle would overfit and wreck the policy.
             self.learner.publish_policy()
             self.trained_once = True
-            refill = refill_target(self.learner.replay.capacity, spec.training.resume_refill_fraction,
+            refill = refill_target(self.learner.replay.capacity, spec.training.run.resume_refill_fraction,
                                    (algo.max_iterations - self.iteration) * dims.rows_per_slot)
             self.phase(f"resume: refilling the replay to {refill} transitions before the first update")
         self.update_start = UpdateStart(first_update(algo, dims.rows_per_slot), self.iteration, refill, self.phase)
@@ -181,7 +181,7 @@ class LearnerLoop:
 
     def run(self) -> None:
         max_iterations, k_ticks = self.spec.algo.max_iterations, self.dims.ticks_per_slot
-        timeout = self.spec.training.stall_timeout_s
+        timeout = self.spec.training.loop.stall_timeout_s
         tick = 0
         while self.iteration < max_iterations:
             t_iter = time.perf_counter()
@@ -191,7 +191,7 @@ class LearnerLoop:
                 t0 = time.perf_counter()
                 # The first observation comes once the collector's kernels have compiled: a start-up wait.
                 self.mailbox.get(Obs, phase="waiting for the collector's observation",
-                                 timeout_s=timeout if tick else self.spec.training.startup_timeout_s)
+                                 timeout_s=timeout if tick else self.spec.training.loop.startup_timeout_s)
                 wait_ms += 1e3 * (time.perf_counter() - t0)
                 self._act(st, first=k == 0, last=k == k_ticks - 1)
                 self.to_collector.put(Act(tick))
@@ -207,7 +207,7 @@ class LearnerLoop:
                 self.save()
         self.log.flush(timeout)
         self.save()
-        if self.spec.training.export_onnx and self.spec.rank == 0:
+        if self.spec.training.outputs.export_onnx and self.spec.rank == 0:
             self._export_onnx()
 
     def _act(self, st: dict, first: bool, last: bool) -> None:
@@ -237,7 +237,7 @@ class LearnerLoop:
                 self.learner.publish_policy()
             st["published"].record(self.upd_stream)
             self.last_published = st["published"]
-            if self.spec.training.update_before_ingest:
+            if self.spec.training.loop.update_before_ingest:
                 # The update samples the replay as it stands, so it need not wait for the chunk's last
                 # physics step and overlaps it; the chunk is ingested after it (and sampled from the
                 # next phase on). The acting policy's next forward pass, which does wait for that step,
@@ -288,7 +288,7 @@ class LearnerLoop:
             self.torch.cuda.synchronize(self.device)
         path = save_checkpoint(self.spec.run_dir, self.iteration, self.env_steps, self.learner.state_dict(),
                                meta=self.weights_record)
-        prune_checkpoints(self.spec.run_dir, self.spec.training.keep_checkpoints, path)
+        prune_checkpoints(self.spec.run_dir, self.spec.training.outputs.keep_checkpoints, path)
 
     def _export_onnx(self) -> None:
         from unilab.rundir.checkpoint import checkpoint_name
@@ -314,7 +314,7 @@ class LearnerLoop:
         GPU work that does not end (an update whose collective waits for a rank that is gone) leaves no
         checkpoint, said so, rather than a wait for ever: the weights cannot be read."""
         out = self.summary("interrupted")
-        wait_s = min(self.spec.training.stall_timeout_s, 10.0)
+        wait_s = min(self.spec.training.loop.stall_timeout_s, 10.0)
         if not self._gpu_work_ends(wait_s):
             why = ("an update waits in a collective for a rank that is gone" if self.spec.world_size > 1
                    else "the GPU is stuck")
@@ -324,7 +324,7 @@ class LearnerLoop:
             return out
         self.leave_collector()
         try:
-            self.log.flush(min(self.spec.training.stall_timeout_s, 10.0))
+            self.log.flush(min(self.spec.training.loop.stall_timeout_s, 10.0))
         except Exception as exc:  # noqa: BLE001  (the checkpoint matters more than the last rows)
             out["stop_errors"] = [f"the pending metric rows were not written ({type(exc).__name__}: {exc})"]
             self.log.pending.clear()

@@ -21,7 +21,7 @@ from .protocol import LOSSES, ROLLING_EPISODES, IterationStats, Progress
 LAG = 2  # iterations between an update phase's launch and the reading of its row
 STAMPS = ("inf_start", "inf_end", "train_start", "update_end", "train_end", "published")
 PROGRESS_EVERY_S = 2.0  # the console's progress line, at most this often (and for the last iteration)
-NAN_TRIPS = 3  # update phases with non-finite losses that end a run under training.nan_guard
+NAN_TRIPS = 3  # update phases with non-finite losses that end a run under training.loop.nan_guard
 
 
 @dataclass
@@ -66,7 +66,7 @@ def iteration_values(c: Collected, stats: IterationStats, st: dict, iteration_ms
 
 
 class NanGuard:
-    """training.nan_guard: an update phase whose losses are not all finite is a trip (every row counts them);
+    """training.loop.nan_guard: an update phase whose losses are not all finite is a trip (every row counts them);
     the NAN_TRIPS-th ends the run."""
 
     def __init__(self, enabled: bool):
@@ -216,13 +216,13 @@ class IterationLog:
 def open_iteration_log(spec: Any, device: Any, rows_per_iteration: int, start_iteration: int,
                        send: Callable[[Any], None]) -> IterationLog:
     """The learner's IterationLog: metrics.jsonl of its rank (from `start_iteration` on), TensorBoard and W&B as
-    training.logger says, the NaN guard and the progress line to the launcher (`send`)."""
+    training.outputs.logger says, the NaN guard and the progress line to the launcher (`send`)."""
     from unilab.rundir.metrics import MetricsWriter
     from unilab.rundir.wandb_sink import wandb_settings
 
-    loggers, max_iterations = spec.training.logger, spec.algo.max_iterations
+    loggers, max_iterations = spec.training.outputs.logger, spec.algo.max_iterations
     metrics = MetricsWriter(spec.rank_dir, start_iteration=start_iteration, tensorboard="tensorboard" in loggers,
                             wandb=wandb_settings(spec) if "wandb" in loggers and spec.rank == 0 else None)
     progress = ProgressReport(spec.name("learner"), spec.rank, max_iterations, send)
-    return IterationLog(device, rows_per_iteration, max_iterations, metrics, NanGuard(spec.training.nan_guard.enabled),
-                        progress)
+    guard = NanGuard(spec.training.loop.nan_guard.enabled)
+    return IterationLog(device, rows_per_iteration, max_iterations, metrics, guard, progress)

@@ -1,6 +1,6 @@
 """Play: roll a trained policy out deterministically and report how its episodes went (play.json).
 
-Runs after a completed training run when `training.no_play=false` (in its own process, so that the
+Runs after a completed training run when `training.outputs.no_play=false` (in its own process, so that the
 launcher never initialises CUDA; the launcher supervises it like the learner and collector), or on
 any run directory with `unilab play RUN`. Every env plays
 its first episode, from a fresh reset, for at most `steps` control steps (default: one full
@@ -45,7 +45,7 @@ def play(run_dir: str | Path, config: RunConfig, device: str, *, checkpoint: str
         ckpt = find_checkpoint(str(checkpoint or run_dir))
         state = read_policy_checkpoint(ckpt)  # refused or unreadable: before the env is built
     task = dataclasses.replace(config.task, num_envs=int(num_envs)) if num_envs else config.task
-    seed = config.training.seed + 7919  # not the training envs' seed
+    seed = config.training.run.seed + 7919  # not the training envs' seed
     env = make_env(task, config.sim, device, seed)
     n = env.num_envs
     act, iteration = _agent(agent, env, config, ckpt, state, device, seed)
@@ -171,8 +171,8 @@ def play_main(run_dir: str, config: RunConfig, device: str, out) -> None:
 
     become_child("play", stop_on_sigterm=False)
     try:
-        out.put(Played(play(run_dir, config, device, num_envs=config.training.play_envs,
-                            steps=config.training.play_steps)))
+        out.put(Played(play(run_dir, config, device, num_envs=config.training.outputs.play_envs,
+                            steps=config.training.outputs.play_steps)))
     except BaseException:
         out.put(Failed("play", traceback.format_exc()))
 
@@ -220,7 +220,7 @@ def device_here(asked: str | None, run_device: str) -> tuple[str, str | None]:
 
 
 def main(args) -> int:
-    """`unilab play RUN`: in this process, on `--device` (default: the run's training.device)."""
+    """`unilab play RUN`: in this process, on `--device` (default: the run's training.run.device)."""
     video, viewer = getattr(args, "video", None), getattr(args, "viewer", False)
     numbers = [("--envs", args.envs), ("--steps", args.steps)]
     if video is not None:
@@ -239,7 +239,7 @@ def main(args) -> int:
         checkpoint = _policy_checkpoint(args.run, args.checkpoint) if agent == "policy" else args.checkpoint
         config = RunConfig.recorded(values, args.run)
         out = report_path(args.run, getattr(args, "out", None))
-        device, note = device_here(args.device, config.training.device)
+        device, note = device_here(args.device, config.training.run.device)
         if note:
             print(f"unilab play: {note}", file=sys.stderr)
         report = play(args.run, config, device,

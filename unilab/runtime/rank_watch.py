@@ -2,8 +2,8 @@
 ranks trained in step (`ranks_in_sync`).
 
 Joining: `init_method="env://"` with this rank's DistributedContext (MASTER_ADDR/MASTER_PORT: 127.0.0.1 and a
-free port for `training.devices`, torchrun's store under torchrun, the job script's under srun), bounded by
-`training.dist_timeout_s` (also each collective's bound); a rank that never joins ends the wait with a
+free port for `training.run.devices`, torchrun's store under torchrun, the job script's under srun), bounded by
+`training.loop.dist_timeout_s` (also each collective's bound); a rank that never joins ends the wait with a
 RendezvousError that says so.
 
 Watching: a rank that dies mid-run fails its peers' next collective at once (gloo) or never (NCCL waits), and
@@ -12,7 +12,7 @@ raises every BEAT_S from a thread) and reads the others':
 - a rank whose learner ends leaves a mark first (`leave`: finished, stopped or failed, and why);
 - a rank whose counter does not move for SILENT_AFTER_S is gone (its learner was killed, or its node is down);
 - a store that stays unreachable for UNREACHABLE_AFTER_S is gone with the process that hosts it (rank 0's
-  learner under `training.devices`, torchrun's agent under torchrun).
+  learner under `training.run.devices`, torchrun's agent under torchrun).
 The first such finding goes to the launcher as `WorldFailed`, naming the rank; the launcher stops this rank.
 Bound: a failed rank is named by every other rank within SILENT_AFTER_S + BEAT_S of its last beat (at once
 when it left a mark), and those ranks then stop like any failed run (unilab.launcher.supervisor's grace).
@@ -65,7 +65,7 @@ def join_world(world: DistributedContext, device, timeout_s: float, name: str,
         raise RendezvousError(
             f"rendezvous_failed: rank {world.rank} of {world.world_size} on {world.hostname or socket.gethostname()}: "
             f"the learners' process group at {world.master_addr}:{world.master_port} did not form within "
-            f"{timeout_s:g} s (training.dist_timeout_s): every rank must start, and {world.master_addr} must be "
+            f"{timeout_s:g} s (training.loop.dist_timeout_s): every rank must start, and {world.master_addr} must be "
             f"reachable from this node ({last_line(str(exc), ERROR_CHARS)})") from exc
     watch = RankWatch(world, name, report)
     watch.start()

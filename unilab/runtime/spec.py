@@ -64,7 +64,7 @@ class RoleSpec:
 
     @property
     def seed(self) -> int:
-        return rank_seed(self.training.seed, self.rank)
+        return rank_seed(self.training.run.seed, self.rank)
 
 
 def report_ready(name: str, device, to_launcher) -> None:

@@ -1,4 +1,4 @@
-"""Training-time clips (`training.video_interval`): every N iterations the collector records world 0 for
+"""Training-time clips (`training.outputs.video_interval`): every N iterations the collector records world 0 for
 CLIP_S seconds, and a separate process renders the clip to `videos/iter_<N>.mp4` in the run directory.
 
 Why this shape: the collector's loop is the hot path. Per tick it only copies world 0's qpos (~36
@@ -39,7 +39,7 @@ def clip_ticks(control_dt: float) -> int:
 
 def no_clip_note(interval: int, start_iteration: int, max_iterations: int, steps_per_iteration: int,
                  control_dt: float) -> str | None:
-    """Why a run with this `training.video_interval` writes no clip, or None when it writes one. The first clip
+    """Why a run with this `training.outputs.video_interval` writes no clip, or None when it writes one. The first clip
     starts at the first multiple of `interval` from `start_iteration` and needs `clip_ticks` env steps (the
     collector's ticks, `steps_per_iteration` an iteration) before the run's last iteration ends."""
     ticks = clip_ticks(control_dt)
@@ -47,7 +47,7 @@ def no_clip_note(interval: int, start_iteration: int, max_iterations: int, steps
     iterations = -(-ticks // steps_per_iteration)
     if first + iterations <= max_iterations:
         return None
-    return (f"training.video_interval={interval} writes no clip in this run: a clip records {CLIP_S:g} s of world 0 "
+    return (f"training.outputs.video_interval={interval} writes no clip in this run: a clip records {CLIP_S:g} s of world 0 "
             f"({ticks} env steps, {iterations} iterations of {steps_per_iteration}) from iteration {first}, and the "
             f"run ends at iteration {max_iterations}; a run of at least {first + iterations} iterations "
             "(algo.max_iterations) writes one")
@@ -211,7 +211,7 @@ def _to_tensorboard(run_dir: Path, iteration: int, strip) -> None:
 
     tb = run_dir / TENSORBOARD_DIR
     if not tb.is_dir():
-        return  # training.logger without tensorboard
+        return  # training.outputs.logger without tensorboard
     from torch.utils.tensorboard import SummaryWriter
 
     with SummaryWriter(log_dir=str(tb), filename_suffix=".clips") as w:

@@ -107,7 +107,7 @@ def require_gl(what: str, *, viewer: bool = False) -> None:
 
 
 def require_gl_for(key: str, value) -> None:
-    """For a setting that renders when it is set (training.video_interval): `require_gl` when it is not None,
+    """For a setting that renders when it is set (training.outputs.video_interval): `require_gl` when it is not None,
     with the way to train without OpenGL. Unset, nothing is checked: training needs no OpenGL."""
     if value is not None:
         require_gl(f"{key}={value!r}: its videos need an OpenGL backend ({key}=null trains without one)")
