@@ -26,6 +26,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("runtime",),
     ("config",),
     ("viz",),
+    ("deploy",),
     ("tasks",),
     ("motion",),
     ("assets", "rundir"),
