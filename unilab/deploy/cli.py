@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-from unilab.exit_codes import EXIT_FAILED, EXIT_USAGE
+from unilab.exit_codes import EXIT_USAGE
 
 TASKS = ("g1_walk_flat", "g1_motion_tracking")
 
@@ -60,6 +60,10 @@ def run(args: argparse.Namespace, say=print) -> dict:
         raise DeployError(f"{policy.path} tracks motions: give the clip to play with --clip clip.npz")
     if meta["task"] == "g1_walk_flat" and args.clip:
         raise DeployError(f"--clip is for motion tracking policies; {policy.path} walks")
+    if args.clip:
+        from .tracking import load_clip
+
+        load_clip(args.clip, meta)  # a bad clip is refused before anything is written
     model, notes = models.build_model(meta, args.model)
     say(f"sim2sim of {policy.path} ({meta['task']}, {meta['algo']}, iteration {meta['iteration']}, schema "
         f"{meta['schema']}) on MuJoCo {mujoco.__version__}, CPU")
@@ -152,14 +156,11 @@ def main(args: argparse.Namespace) -> int:
             prepare()  # before mujoco is imported: the GL backend is chosen once
         except VideoUnavailable as exc:
             print(f"unilab sim2sim: {exc}", file=sys.stderr)
-            return EXIT_FAILED
+            return EXIT_USAGE
     try:
         report = run(args, say=lambda line: print(line, file=sys.stderr if args.json else sys.stdout))
     except DeployError as exc:
         print(f"unilab sim2sim: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except RuntimeError as exc:  # a missing onnxruntime, no GL for the video
-        print(f"unilab sim2sim: {exc}", file=sys.stderr)
-        return EXIT_FAILED
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 0

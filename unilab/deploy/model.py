@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from unilab.assets.fingerprint import model_fingerprint, model_totals
@@ -139,24 +141,25 @@ def _foot_geoms(model: mujoco.MjModel, body: str) -> list[str]:
     return [f"{kinds.count(k)} {k}" for k in sorted(set(kinds))]
 
 
-def compare(ours: mujoco.MjModel, theirs: mujoco.MjModel, *, top: int = 3) -> list[str]:
-    """How two G1 models differ, as console lines: total mass, the bodies whose mass and inertia differ most,
-    collision geoms, feet."""
+def compare(ours: mujoco.MjModel, theirs: mujoco.MjModel) -> list[str]:
+    """How two G1 models differ, as console lines: masses, inertias, kinematics, collision geoms, feet."""
     a, b = _body_figures(ours), _body_figures(theirs)
     common = [n for n in a if n in b]
-    by_mass = sorted(common, key=lambda n: -abs(a[n][0] - b[n][0]))[:top]
-    by_inertia = sorted(common, key=lambda n: -abs(np.log(max(a[n][1], 1e-9) / max(b[n][1], 1e-9))))[:top]
-    lines = [f"ours vs mjlab: mass {np.sum(ours.body_mass):.2f} vs {np.sum(theirs.body_mass):.2f} kg; "
-             f"bodies only in one: {sorted(set(a) ^ set(b)) or 'none'}",
-             "  largest mass differences: " + ", ".join(f"{n} {a[n][0]:.2f} vs {b[n][0]:.2f} kg" for n in by_mass),
-             "  largest inertia ratios (trace): " + ", ".join(f"{n} x{b[n][1] / max(a[n][1], 1e-12):.2f}"
-                                                               for n in by_inertia)]
-    offsets = [float(np.linalg.norm(ours.body(n).pos - theirs.body(n).pos)) for n in common]
+    mass = max(common, key=lambda n: abs(a[n][0] - b[n][0]))
+    inertia = max(common, key=lambda n: abs(math.log(max(a[n][1], 1e-12) / max(b[n][1], 1e-12))))
+    # the root's position is where the file puts the robot, no part of its kinematics
+    linked = [n for n in common if ours.body(n).parentid[0] != 0] or common
+    offset = max(linked, key=lambda n: float(np.linalg.norm(ours.body(n).pos - theirs.body(n).pos)))
     ranges = [n for n in (ours.joint(j).name for j in range(ours.njnt))
               if mujoco.mj_name2id(theirs, mujoco.mjtObj.mjOBJ_JOINT, n) >= 0
               and not np.allclose(ours.joint(n).range, theirs.joint(n).range, atol=1e-3)]
-    lines.append(f"  kinematics: body offsets differ by at most {1000 * max(offsets, default=0.0):.1f} mm; joint "
-                 f"ranges differ on {len(ranges)} joints")
+    lines = [f"ours vs mjlab: total mass {np.sum(ours.body_mass):.2f} vs {np.sum(theirs.body_mass):.2f} kg; bodies "
+             f"only in one: {', '.join(sorted(set(a) ^ set(b))) or 'none'}",
+             f"  largest body mass difference: {mass} {a[mass][0]:.3f} vs {b[mass][0]:.3f} kg; largest inertia ratio "
+             f"(trace): {inertia} x{b[inertia][1] / max(a[inertia][1], 1e-12):.3f}",
+             f"  kinematics: largest body offset difference {offset} "
+             f"{1000 * np.linalg.norm(ours.body(offset).pos - theirs.body(offset).pos):.1f} mm; joint ranges differ "
+             f"on {len(ranges)} joints"]
     for name, model in (("ours", ours), ("mjlab", theirs)):
         types = [mujoco.mjtGeom(t).name[len("mjGEOM_"):].lower()
                  for t, c in zip(model.geom_type, model.geom_conaffinity) if c and t != mujoco.mjtGeom.mjGEOM_PLANE]

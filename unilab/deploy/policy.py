@@ -13,7 +13,7 @@ from unilab.rundir.policy import read_metadata
 
 class DeployError(ValueError):
     """Bad input to a deploy command (a missing file, a file without unilab metadata, a wrong task, a bad
-    command): exit 2, nothing written."""
+    command) or an unmet prerequisite (onnxruntime, imageio, offscreen OpenGL): exit 2, nothing written."""
 
 
 def find_policy(path: str | Path) -> Path:
@@ -39,7 +39,7 @@ class OnnxPolicy:
         try:
             import onnxruntime as ort
         except ImportError as exc:
-            raise RuntimeError("running an ONNX policy needs onnxruntime: pip install onnxruntime") from exc
+            raise DeployError("running an ONNX policy needs onnxruntime: pip install onnxruntime") from exc
         self.path = find_policy(path)
         try:
             session = ort.InferenceSession(str(self.path), providers=["CPUExecutionProvider"])

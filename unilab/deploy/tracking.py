@@ -23,7 +23,7 @@ def load_clip(path: str, meta: dict):
 
     motion = meta["motion"]
     if motion is None:
-        raise DeployError("the policy's metadata has no `motion` (schema 1): re-export it to play a clip")
+        raise DeployError("the policy's metadata has no `motion` (a schema 1 export): re-export it to play a clip")
     bodies = list(dict.fromkeys([*motion["tracked_bodies"], motion["anchor_body"], motion["root_body"],
                                  *motion["end_effectors"]]))
     try:

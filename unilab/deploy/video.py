@@ -7,9 +7,11 @@ import importlib.util
 import os
 import sys
 
+from .policy import DeployError
 
-class VideoUnavailable(RuntimeError):
-    """No imageio, or mujoco already imported without a GL backend."""
+
+class VideoUnavailable(DeployError):
+    """No imageio, or no offscreen OpenGL context."""
 
 
 def prepare() -> None:
@@ -19,6 +21,11 @@ def prepare() -> None:
         raise VideoUnavailable("--video needs imageio and imageio-ffmpeg: pip install 'unilab[video]'")
     if "mujoco" not in sys.modules:
         os.environ.setdefault("MUJOCO_GL", "egl")
+        try:  # now, with the backend: unilab.sim.headless then reuses this import instead of one without GL
+            import mujoco  # noqa: F401
+        except Exception as exc:  # mujoco's GL setup fails in its own ways when the backend's library is missing
+            raise VideoUnavailable(f"--video: mujoco cannot load the {os.environ['MUJOCO_GL']} OpenGL backend "
+                                   f"({exc}); install libEGL (libegl1) or set MUJOCO_GL=osmesa with libosmesa6") from None
 
 
 class VideoWriter:
