@@ -150,11 +150,12 @@ def main(args: argparse.Namespace) -> int:
     from .policy import DeployError
 
     if args.video:
-        from .video import VideoUnavailable, prepare
+        from .video import prepare
 
         try:
+            _check_args(args)  # a bad path is refused before OpenGL is looked at
             prepare()  # before mujoco is imported: the GL backend is chosen once
-        except VideoUnavailable as exc:
+        except DeployError as exc:
             print(f"unilab sim2sim: {exc}", file=sys.stderr)
             return EXIT_USAGE
     try:

@@ -1,31 +1,32 @@
-"""A rollout's frames to a video file: mujoco.Renderer offscreen (EGL unless MUJOCO_GL names another backend),
-a camera that follows the pelvis, imageio to write the mp4 (an optional dependency: unilab[video])."""
+"""A rollout's frames to a video file: mujoco.Renderer offscreen (EGL unless MUJOCO_GL names another backend, as
+`unilab play --video` chooses it: unilab.viz.gl), a camera that follows the pelvis, imageio to write the mp4 (an
+optional dependency: unilab[video])."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
-import os
-import sys
 
 from .policy import DeployError
 
 
 class VideoUnavailable(DeployError):
-    """No imageio, or no offscreen OpenGL context."""
+    """No imageio, or no offscreen OpenGL here."""
 
 
 def prepare() -> None:
-    """Check imageio and choose the offscreen GL backend; call before anything imports mujoco (it reads MUJOCO_GL
-    once, at its first import)."""
+    """Check imageio and OpenGL and choose the backend; call before anything imports mujoco (it reads MUJOCO_GL
+    once, at its first import: unilab.sim.headless then reuses this import)."""
+    from unilab.viz.gl import HeadlessGLUnavailable, require_gl, use_headless_gl, with_gl_hint
+
     if importlib.util.find_spec("imageio") is None:
         raise VideoUnavailable("--video needs imageio and imageio-ffmpeg: pip install 'unilab[video]'")
-    if "mujoco" not in sys.modules:
-        os.environ.setdefault("MUJOCO_GL", "egl")
-        try:  # now, with the backend: unilab.sim.headless then reuses this import instead of one without GL
-            import mujoco  # noqa: F401
-        except Exception as exc:  # mujoco's GL setup fails in its own ways when the backend's library is missing
-            raise VideoUnavailable(f"--video: mujoco cannot load the {os.environ['MUJOCO_GL']} OpenGL backend "
-                                   f"({exc}); install libEGL (libegl1) or set MUJOCO_GL=osmesa with libosmesa6") from None
+    try:
+        require_gl("--video")
+        use_headless_gl()
+        with_gl_hint(lambda: importlib.import_module("mujoco"))
+    except (ValueError, HeadlessGLUnavailable) as exc:
+        raise VideoUnavailable(str(exc)) from None
 
 
 class VideoWriter:
@@ -35,12 +36,12 @@ class VideoWriter:
         import imageio
 
         from unilab.sim.headless import mujoco
+        from unilab.viz.gl import HeadlessGLUnavailable, with_gl_hint
 
         try:
-            self.renderer = mujoco.Renderer(model, height=height, width=width)
-        except Exception as exc:  # no GL context: mujoco raises its own errors
-            raise VideoUnavailable(f"--video: no offscreen OpenGL here ({exc}); install libEGL (libegl1) or set "
-                                   "MUJOCO_GL=osmesa with libosmesa6") from None
+            self.renderer = with_gl_hint(lambda: mujoco.Renderer(model, height=height, width=width))
+        except HeadlessGLUnavailable as exc:
+            raise VideoUnavailable(f"--video: {exc}") from None
         self.camera = mujoco.MjvCamera()
         self.camera.type = mujoco.mjtCamera.mjCAMERA_TRACKING
         self.camera.trackbodyid = 1  # the pelvis, the first body after the world
