@@ -194,8 +194,8 @@ def _report_keys() -> set[str]:
     """Keys of eval.json's rows, play.json, run_summary.json and bench compare's checks."""
     from unilab.rundir.summary import RunSummary
 
-    walk = _tree("unilab/eval/walk.py")
-    keys = {k for name in ("rollout", "overall") for n in ast.walk(_function(walk, name))
+    functions = [(_tree("unilab/eval/walk.py"), "rollout"), (_tree("unilab/tasks/g1_walk_flat/evaluation.py"), "overall")]
+    keys = {k for tree, name in functions for n in ast.walk(_function(tree, name))
             if isinstance(n, ast.Dict) for k in _dict_keys(n)}
     keys |= {k for n in ast.walk(_function(_tree("unilab/runtime/play.py"), "play"))
              if isinstance(n, ast.Dict) for k in _dict_keys(n)}

@@ -25,6 +25,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("eval", "launcher"),
     ("runtime",),
     ("config",),
+    ("deploy",),
     ("viz",),
     ("tasks",),
     ("motion",),

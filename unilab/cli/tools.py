@@ -149,6 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_export_parser(sub)
 
+    from unilab.deploy.cli import add_parser as add_sim2sim_parser
+
+    add_sim2sim_parser(sub)
+
     from unilab.bench.cli import add_bench_parser
     from unilab.bench.curves import add_parser as add_plot_parser
     from unilab.mps.cli import add_mps_parser

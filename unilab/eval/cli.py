@@ -221,9 +221,6 @@ def evaluate(run: str, *, checkpoint: str | None = None, suites=("nominal", "rob
 
 def format_table(report: dict, parts: int = 0) -> str:
     """The report as the console prints it; `parts`: motion tracking's largest body and joint errors per clip."""
-    def num(x, fmt="{:.3f}"):
-        return "-" if x is None else fmt.format(x)
-
     lines = [f"eval of {report['checkpoint']} (iteration {report.get('iteration')}, {report.get('env_steps', 0):,} env steps)"]
     if report.get("task") == "g1_motion_tracking":
         from .tracking import format_suite
@@ -231,20 +228,10 @@ def format_table(report: dict, parts: int = 0) -> str:
         for suite, res in report["suites"].items():
             lines += format_suite(suite, res, parts)
         return "\n".join(lines)
+    from unilab.tasks.g1_walk_flat.evaluation import format_suite as format_walk_suite
+
     for suite, res in report["suites"].items():
-        lines.append(f"\n[{suite}]  command (vx, vy, wz) -> achieved      lin err m/s  yaw err rad/s  falls  torque/limit")
-        for r in res["per_command"]:
-            cmd = "({:+.1f}, {:+.1f}, {:+.1f})".format(*r["command"])
-            if r["lin_error"] is None:  # every env of the command fell: no velocity to measure
-                fell = "every env fell during the hold: nothing measured"
-                lines.append(f"  {cmd:<20} {fell:<50} {100 * r['fall_fraction']:>5.1f}%")
-                continue
-            ach = "({:+.2f}, {:+.2f}, {:+.2f})".format(*r["achieved"])
-            lines.append(f"  {cmd:<20} {ach:<22} {num(r['lin_error']):>10} {num(r['yaw_error']):>13} "
-                         f"{100 * r['fall_fraction']:>5.1f}% {num(r['torque_share'], '{:.2f}'):>12}")
-        o = res["overall"]
-        lines.append(f"  {'overall':<43} {num(o['lin_error']):>10} {num(o['yaw_error']):>13} "
-                     f"{100 * (o['fall_fraction'] or 0):>5.1f}% {num(o['torque_share'], '{:.2f}'):>12}")
+        lines += format_walk_suite(suite, res)
     return "\n".join(lines)
 
 

@@ -11,26 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-# (vx m/s, vy m/s, wz rad/s): straight walking both ways, side steps, turning on the spot, and
-# walking while turning or side-stepping; standing last.
-COMMAND_GRID: tuple[tuple[float, float, float], ...] = (
-    (0.5, 0.0, 0.0), (1.0, 0.0, 0.0), (-0.5, 0.0, 0.0),
-    (0.0, 0.4, 0.0), (0.0, -0.4, 0.0),
-    (0.0, 0.0, 0.8), (0.0, 0.0, -0.8),
-    (0.5, 0.0, 0.8), (0.5, 0.0, -0.8), (1.0, 0.0, 0.8),
-    (0.5, 0.4, 0.0), (-0.5, -0.4, 0.0),
-    (0.0, 0.0, 0.0),
-)
-
-# Task settings of each suite: "nominal" is the training distribution without noise, pushes or
-# friction draws; "robust" is the training randomisation.
-SUITES: dict[str, dict] = {
-    "nominal": {"observations": {"noise_scale": 0.0},
-                "randomization": {"friction_range": None, "push_interval_s": None}},
-    "robust": {"observations": {"noise_scale": 1.0},
-               "randomization": {"friction_range": [0.3, 1.2], "push_interval_s": [1.0, 3.0],
-                                 "push_max_vel_xy": 0.5}},
-}
+from unilab.tasks.g1_walk_flat.evaluation import COMMAND_GRID, SUITES, overall  # noqa: F401 (eval's names)
 
 
 @dataclass
@@ -108,13 +89,3 @@ def rollout(env, policy, settings: WalkEvalSettings) -> list[dict]:
             "torque_share": torque_share,
         })
     return rows
-
-
-def overall(rows: list[dict]) -> dict:
-    """Means over the grid (commands where every env fell have no velocity error)."""
-    def mean(key):
-        vals = [r[key] for r in rows if r[key] is not None]
-        return sum(vals) / len(vals) if vals else None
-
-    return {"lin_error": mean("lin_error"), "yaw_error": mean("yaw_error"),
-            "fall_fraction": mean("fall_fraction"), "torque_share": mean("torque_share")}

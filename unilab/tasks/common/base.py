@@ -396,6 +396,13 @@ class TaskEnv:
         """The policy observation's terms in order: (name, size, scale the raw quantity is multiplied by)."""
         return [("obs", int(self.obs_dim), 1.0)]
 
+    def deploy_description(self) -> dict:
+        """The task's part of the exported metadata (unilab.tasks.common.metadata): each observation term's frame
+        and unit (`observation_frames`, by name), `episode_start`, `model_builder` and, where the task has them,
+        `gait`, `command`, `motion`. Tasks override it with their own (unilab/tasks/<task>/metadata.py)."""
+        return {"observation_frames": {name: "not described by the task" for name, _, _ in self.policy_obs_layout()},
+                "episode_start": None, "model_builder": {"builder": None, "kwargs": {}}}
+
     # ------------------------------------------------------------ plumbing
     def _apply_actions(self) -> None:
         """PD position targets around the default pose."""

@@ -454,6 +454,15 @@ class G1MotionTrackingEnv(TaskEnv):
     def policy_obs_layout(self) -> list[tuple[str, int, float]]:
         return [(n, int(t.shape[-1]), 1.0) for n, t in zip(self._POLICY_TERM_NAMES, self._policy_terms(), strict=True)]
 
+    def deploy_description(self) -> dict:
+        from unilab.tasks.g1_motion_tracking.metadata import deploy_description
+
+        c = self.cfg
+        return deploy_description(anchor_body=g1.G1_ANCHOR_BODY, root_body=self.body_names[self._root],
+                                  tracked_bodies=self.tracking_bodies, end_effectors=g1.G1_END_EFFECTORS,
+                                  action_offset=c.action_offset, terminations=dataclasses.asdict(c.terminations),
+                                  self_collisions=c.self_collisions)
+
     def _compute_critic_obs(self) -> torch.Tensor:
         """Noise-free policy terms plus the tracked bodies' positions and orientations (6D) in the robot
         anchor frame."""

@@ -230,6 +230,14 @@ class G1WalkFlatEnv(TaskEnv):
         scales = (o.ang_vel_scale, 1.0, 1.0, o.joint_vel_scale, 1.0, 1.0, 1.0)
         return [(n, int(t.shape[-1]), float(s)) for n, t, s in zip(names, self._policy_terms(), scales, strict=True)]
 
+    def deploy_description(self) -> dict:
+        from unilab.tasks.g1_walk_flat.metadata import deploy_description
+
+        r, t = self.cfg.rewards, self.cfg.terminations
+        return deploy_description(gait_period_s=r.gait_period_s, stance_fraction=r.stance_fraction,
+                                  base_height=g1.G1_DEFAULT_BASE_HEIGHT, min_base_height=t.min_base_height,
+                                  max_tilt_rad=t.max_tilt_rad)
+
     def _compute_obs(self) -> torch.Tensor:
         o = self.cfg.observations
         widths = (o.ang_vel_noise, o.gravity_noise, o.joint_pos_noise, o.joint_vel_noise)
