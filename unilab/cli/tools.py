@@ -152,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     from unilab.deploy.cli import add_parser as add_sim2sim_parser
 
     add_sim2sim_parser(sub)
+    from unilab.deploy.demo import add_parser as add_demo_parser
+
+    add_demo_parser(sub)
 
     from unilab.bench.cli import add_bench_parser
     from unilab.bench.curves import add_parser as add_plot_parser

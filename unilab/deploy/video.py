@@ -30,28 +30,49 @@ def prepare() -> None:
 
 
 class VideoWriter:
-    """`frame(data)` after each policy step renders the robot from a camera that tracks the pelvis."""
+    """`frame(data)` after each policy step renders the robot, dressed with the G1's look (unilab.assets.look: its
+    meshes, a sky, a floor; the collision geoms with `collision`), from a camera that tracks the pelvis. Every
+    `every`-th step is drawn, so that the video plays in real time at `1 / (control_dt * every)` fps. Closing after
+    an error removes the partial file."""
 
-    def __init__(self, model, path: str, *, fps: float, width: int = 640, height: int = 480):
-        import imageio
-
+    def __init__(self, model, path: str, *, fps: float, width: int = 640, height: int = 480, every: int = 1,
+                 collision: bool = False, say=print):
+        from unilab.assets import look
         from unilab.sim.headless import mujoco
         from unilab.viz.gl import HeadlessGLUnavailable, with_gl_hint
+        from unilab.viz.video import VideoExtraMissing, VideoWriter as FileWriter
 
+        self.model = look.render_model(model, collision=collision, say=say)
+        self.data = mujoco.MjData(self.model)
+        self.option = look.scene_option(self.model, collision=collision)
         try:
-            self.renderer = with_gl_hint(lambda: mujoco.Renderer(model, height=height, width=width))
+            self.renderer = with_gl_hint(lambda: mujoco.Renderer(self.model, height=height, width=width))
         except HeadlessGLUnavailable as exc:
             raise VideoUnavailable(f"--video: {exc}") from None
         self.camera = mujoco.MjvCamera()
         self.camera.type = mujoco.mjtCamera.mjCAMERA_TRACKING
         self.camera.trackbodyid = 1  # the pelvis, the first body after the world
         self.camera.distance, self.camera.elevation, self.camera.azimuth = 3.0, -15.0, 135.0
-        self.writer = imageio.get_writer(path, fps=fps, macro_block_size=1)
+        self.every, self._calls = max(1, int(every)), 0
+        try:
+            self.writer = FileWriter(path, fps=fps / self.every)
+        except VideoExtraMissing as exc:
+            self.renderer.close()
+            raise VideoUnavailable(str(exc)) from None
 
     def frame(self, data) -> None:
-        self.renderer.update_scene(data, camera=self.camera)
-        self.writer.append_data(self.renderer.render())
+        from unilab.sim.headless import mujoco
 
-    def close(self) -> None:
-        self.writer.close()
-        self.renderer.close()
+        self._calls += 1
+        if (self._calls - 1) % self.every:
+            return
+        self.data.qpos[:] = data.qpos[:self.model.nq]
+        mujoco.mj_forward(self.model, self.data)
+        self.renderer.update_scene(self.data, camera=self.camera, scene_option=self.option)
+        self.writer.append(self.renderer.render())
+
+    def close(self, ok: bool = True) -> None:
+        try:
+            self.writer.close(ok)
+        finally:
+            self.renderer.close()

@@ -106,3 +106,36 @@ class PassiveViewer:
     def close(self, ok: bool = True) -> None:
         if self.viewer is not None:
             self.viewer.close()
+
+
+class ModelViewer:
+    """MuJoCo's interactive viewer on a model posed from qpos (no env: plain MuJoCo rollouts such as `unilab
+    demo`), paced to real time at `dt` per frame; closing its window raises WatchClosed."""
+
+    def __init__(self, model, dt: float, geomgroup=None):
+        import mujoco
+        import mujoco.viewer
+
+        from .gl import require_gl
+
+        require_gl("the viewer", viewer=True)
+        self.model, self.dt = model, float(dt)
+        self.data = mujoco.MjData(model)
+        self.viewer = mujoco.viewer.launch_passive(model, self.data)
+        if geomgroup is not None:
+            self.viewer.opt.geomgroup[:] = geomgroup
+        self.next_t = time.perf_counter()
+
+    def frame(self, qpos) -> None:
+        import mujoco
+
+        if not self.viewer.is_running():
+            raise WatchClosed
+        self.data.qpos[:] = qpos[:self.model.nq]
+        mujoco.mj_forward(self.model, self.data)
+        self.viewer.sync()
+        self.next_t += self.dt
+        time.sleep(max(0.0, self.next_t - time.perf_counter()))
+
+    def close(self) -> None:
+        self.viewer.close()
