@@ -151,13 +151,14 @@ def dress_scene(spec: mujoco.MjSpec) -> mujoco.MjSpec:
     spec.visual.rgba.haze = (*SKY_RGB[1], 1.0)
     spec.visual.quality.shadowsize = SHADOW_SIZE
     root = _root_body(spec)
-    # A spotlight that keeps its offset from the robot's centre of mass: its shadow follows a walking robot,
-    # where a fixed light's shadow map would cover only the start.
     spec.worldbody.add_light(name="look_sun", type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL, dir=(-0.3, 0.3, -1.0),
                              diffuse=(0.35, 0.35, 0.35), castshadow=False)
     if root is not None:
+        # A spotlight that keeps its offset from the robot's centre of mass: its shadow follows a walking robot,
+        # where a fixed light's shadow map would cover only the start. From behind the default camera's left, so
+        # the shadow falls to the robot's side in view.
         root.add_light(name="look_shadow", type=mujoco.mjtLightType.mjLIGHT_SPOT,
-                       mode=mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM, pos=(0.6, -0.6, LIGHT_HEIGHT), dir=(-0.2, 0.2, -1.0), cutoff=45.0, exponent=1.0,
+                       mode=mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM, pos=(-1.0, -1.2, LIGHT_HEIGHT), dir=(1.0, 1.2, -LIGHT_HEIGHT), cutoff=45.0, exponent=1.0,
                        diffuse=(0.6, 0.6, 0.6), castshadow=True)
     return spec
 
