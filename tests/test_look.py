@@ -120,6 +120,17 @@ def test_without_the_wheel_the_collision_geoms_are_drawn_and_one_line_says_why(n
     assert look.scene_option(m).geomgroup[look.COLLISION_GROUP] == 1
 
 
+def test_a_mesh_that_does_not_compile_falls_back_to_the_collision_geoms(tmp_path, monkeypatch):
+    tiny_wheel.build(tmp_path / "index", stl=b"solid broken\n")
+    monkeypatch.setenv("UNILAB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("UNILAB_WHEEL_INDEX", str(tmp_path / "index"))
+    said = []
+    m = look.render_model(g1.build_g1_model(), say=said.append)
+    assert said[-1].startswith("unilab: the G1 is drawn with its collision geoms: its meshes do not compile (")
+    assert len(_mesh_geoms(m)) == 0 and look.is_dressed(m)
+    assert look.scene_option(m).geomgroup[look.COLLISION_GROUP] == 1
+
+
 def test_a_model_that_is_not_our_g1_is_drawn_as_it_is(wheel):
     other = mujoco.MjModel.from_xml_string("<mujoco><worldbody><body><freejoint/><geom size='0.1'/></body>"
                                            "</worldbody></mujoco>")
@@ -213,3 +224,21 @@ def test_the_look_renders_meshes_and_keeps_markers(wheel):
     red_mesh, red_collision, green0, green1, dressed = done.stdout.split()[-5:]
     assert int(red_mesh) > 200 and int(red_collision) < 20
     assert int(green1) > int(green0) + 10 and dressed == "True"
+
+
+@pytest.mark.integration
+def test_play_video_draws_the_meshes_and_the_collision_geoms_with_collision(walk_run, wheel):
+    """`unilab play --video` end to end (zero actions, no checkpoint needed): the red mesh, or with --collision
+    none."""
+    iio = pytest.importorskip("imageio.v3", reason="needs the video extra: pip install 'unilab[video]'")
+    red = {}
+    for collision in (False, True):
+        video = wheel / f"play_{collision}.mp4"
+        cmd = [sys.executable, "-m", "unilab.cli.tools", "play", str(walk_run), "--agent", "zero", "--steps", "2",
+               "--envs", "1", "--video", str(video), "--width", "320", "--height", "240",
+               "--out", str(wheel / f"play_{collision}.json"), *(["--collision"] if collision else [])]
+        done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=600,
+                              env=_render_env(wheel))
+        assert done.returncode == 0, done.stderr[-3000:]
+        red[collision] = _red(iio.imread(video))
+    assert red[False] > 200 and red[True] < 20, red

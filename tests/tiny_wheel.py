@@ -57,14 +57,15 @@ def tetrahedron_stl(edge: float = EDGE) -> bytes:
     return bytes(out)
 
 
-def build(index: Path, *, name: str = "mjlab", version: str = "1.6.0") -> Path:
-    """The wheel in `index` (a folder for UNILAB_WHEEL_INDEX); its path."""
+def build(index: Path, *, name: str = "mjlab", version: str = "1.6.0", stl: bytes | None = None) -> Path:
+    """The wheel in `index` (a folder for UNILAB_WHEEL_INDEX), with `stl` as its mesh (default: the
+    tetrahedron); its path."""
     index.mkdir(parents=True, exist_ok=True)
     wheel = index / f"{name}-{version}-py3-none-any.whl"
     dist = f"{name}-{version}.dist-info"
     with zipfile.ZipFile(wheel, "w") as zf:
         zf.writestr(FOLDER + "g1.xml", MJCF)
-        zf.writestr(FOLDER + "assets/knee.STL", tetrahedron_stl())
+        zf.writestr(FOLDER + "assets/knee.STL", tetrahedron_stl() if stl is None else stl)
         zf.writestr(f"{dist}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
         zf.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nGenerator: tiny_wheel\nRoot-Is-Purelib: true\n"
                                      "Tag: py3-none-any\n")

@@ -239,5 +239,11 @@ def render_model(mj_model: mujoco.MjModel, *, collision: bool = False, offline: 
         if _layout(spec.compile()) != _layout(mj_model):
             say("unilab: the model is not unilab's G1 (other bodies, joints or geoms): it is drawn as it is")
             return mj_model
-        _RENDER_MODELS[key] = dress(spec, collision=collision, offline=offline, say=say).compile()
+        try:
+            _RENDER_MODELS[key] = dress(spec, collision=collision, offline=offline, say=say).compile()
+        except ValueError as exc:  # a mesh file MuJoCo cannot read (a broken download)
+            say(f"unilab: the G1 is drawn with its collision geoms: its meshes do not compile ({exc}); delete "
+                f"{wheels.cache_root()} to fetch them again")
+            spec = g1.build_g1_spec(with_floor=with_floor, self_collisions=self_collisions)
+            _RENDER_MODELS[key] = dress(spec, collision=True, say=say).compile()
     return copy.copy(_RENDER_MODELS[key])
