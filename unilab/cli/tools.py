@@ -135,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     seen.add_argument("--viewer", action="store_true", help="watch world 0 in MuJoCo's viewer (needs a display)")
     seen.add_argument("--camera", choices=("track", "fixed"), default="track",
                       help="track: follows the robot (default); fixed: stays where it starts")
+    seen.add_argument("--collision", action="store_true",
+                      help="draw the collision geoms the simulation uses instead of the G1's meshes")
     seen.add_argument("--worlds", type=int, default=1, help="tile the first N worlds into the video (default 1)")
     seen.add_argument("--fps", type=float, help="video frame rate (default: the control rate, real time)")
     seen.add_argument("--width", type=int, default=640, help="video width in pixels (default 640)")

@@ -231,6 +231,8 @@ def main(args) -> int:
             return EXIT_USAGE
     try:
         _check_run_argument(args.run)
+        if getattr(args, "collision", False) and video is None and not viewer:
+            raise ValueError("--collision changes what --video or --viewer draws: add one of them")
         watch = _watcher(args) if video is not None or viewer else None
         from unilab.rundir.run_config import load_run_config
 
@@ -304,7 +306,7 @@ def _watcher(args):
     if args.viewer:
         from unilab.viz.watch import PassiveViewer
 
-        return PassiveViewer()
+        return PassiveViewer(collision=getattr(args, "collision", False))
     import importlib
 
     from unilab.viz.gl import require_gl, use_headless_gl, with_gl_hint
@@ -315,7 +317,7 @@ def _watcher(args):
     if path.suffix.lower() == ".mp4" and (args.width % 2 or args.height % 2):
         raise ValueError(f"--width {args.width} --height {args.height}: an mp4 needs even sides")
     recorder = VideoRecorder(path, worlds=args.worlds, fps=args.fps, width=args.width, height=args.height,
-                             camera=args.camera)  # the video extra
+                             camera=args.camera, collision=getattr(args, "collision", False))  # the video extra
     require_gl(f"--video {args.video}")  # a usable OpenGL backend, or the package or variable that gives one
     use_headless_gl()  # before anything imports mujoco
     with_gl_hint(lambda: importlib.import_module("mujoco"))  # a missing GL library: say so before building the env

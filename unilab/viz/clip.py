@@ -169,9 +169,9 @@ def render_leftovers(run_dir: str | Path, interrupted: Callable[[], bool] = lamb
     return written
 
 
-def render_clip(clip: str | Path, *, width: int = 480, height: int = 360) -> Path:
-    """Render a saved clip (qpos, dt) with the model saved beside it into an mp4 of the same name;
-    the clip file is removed once the video is written."""
+def render_clip(clip: str | Path, *, width: int = 480, height: int = 360, collision: bool = False) -> Path:
+    """Render a saved clip (qpos, dt) with the model saved beside it into an mp4 of the same name, in the G1's
+    look (its collision geoms with `collision`); the clip file is removed once the video is written."""
     import mujoco
     import numpy as np
 
@@ -183,7 +183,8 @@ def render_clip(clip: str | Path, *, width: int = 480, height: int = 360) -> Pat
     data = np.load(clip)
     model = mujoco.MjModel.from_binary_path(str(clip.parent / MODEL_FILE))
     out = clip.with_suffix(".mp4")
-    renderer = FrameRenderer(model, width=width, height=height, camera="track", root_body=root_body(model))
+    renderer = FrameRenderer(model, width=width, height=height, camera="track", root_body=root_body(model),
+                             collision=collision)
     writer = VideoWriter(out.with_name(out.stem + ".part.mp4"), 1.0 / float(data["dt"]))
     qpos = data["qpos"]
     strip_at = set(np.linspace(0, len(qpos) - 1, STRIP_FRAMES).round().astype(int).tolist())
@@ -218,8 +219,18 @@ def _to_tensorboard(run_dir: Path, iteration: int, strip) -> None:
         w.add_image("clip/world0", strip, iteration, dataformats="HWC")
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
     from .gl import use_headless_gl
 
+    parser = argparse.ArgumentParser(prog="python -m unilab.viz.clip", description="render a training clip")
+    parser.add_argument("clip", help="videos/iter_<N>.npz of a run")
+    parser.add_argument("--collision", action="store_true", help="draw the collision geoms, not the G1's meshes")
+    args = parser.parse_args(argv)
     use_headless_gl()
-    print(f"unilab: clip -> {render_clip(sys.argv[1])}", flush=True)
+    print(f"unilab: clip -> {render_clip(args.clip, collision=args.collision)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

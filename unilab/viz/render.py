@@ -9,11 +9,13 @@ import math
 import mujoco
 import numpy as np
 
+from unilab.assets import look
+
 from .gl import with_gl_hint
 from .markers import add_to_scene, floor_grid
 
 CAMERAS = ("track", "fixed")
-COLLISION_GROUP = 3  # the G1's collision primitives; MuJoCo hides groups 3-5 by default
+SOFTWARE_RENDERERS = ("llvmpipe", "softpipe", "swrast")  # GL_RENDERER names of Mesa's CPU drivers
 CAMERA_DISTANCE = 3.0
 CAMERA_ELEVATION = -20.0
 CAMERA_AZIMUTH = 135.0
@@ -25,11 +27,25 @@ def grid_shape(worlds: int) -> tuple[int, int]:
     return math.ceil(worlds / cols), cols
 
 
+def software_gl() -> bool:
+    """Whether the current OpenGL context draws on the CPU (Mesa's llvmpipe or softpipe, OSMesa's swrast)."""
+    try:
+        from OpenGL import GL, error
+    except ImportError:
+        return False
+    try:
+        name = (GL.glGetString(GL.GL_RENDERER) or b"").decode(errors="replace").lower()
+    except error.Error:  # no current context: assume a GPU
+        return False
+    return any(cpu in name for cpu in SOFTWARE_RENDERERS)
+
+
 class FrameRenderer:
-    """Frames of `width` x `height` pixels showing `worlds` worlds of `mj_model`, tiled."""
+    """Frames of `width` x `height` pixels showing `worlds` worlds of `mj_model`, tiled, in the G1's look
+    (unilab.assets.look: its meshes, or its collision geoms with `collision`)."""
 
     def __init__(self, mj_model: mujoco.MjModel, *, worlds: int = 1, width: int = 640, height: int = 480,
-                 camera: str = "track", root_body: int = 1):
+                 camera: str = "track", root_body: int = 1, collision: bool = False):
         if camera not in CAMERAS:
             raise ValueError(f"camera {camera!r}: choose one of {', '.join(CAMERAS)}")
         self.worlds = int(worlds)
@@ -38,17 +54,24 @@ class FrameRenderer:
         self.tile_w, self.tile_h = self.width // self.cols, self.height // self.rows
         if self.tile_w < 8 or self.tile_h < 8:
             raise ValueError(f"{self.width}x{self.height} is too small for {self.worlds} tiled worlds")
-        model = copy.copy(mj_model)  # the offscreen buffer must hold a tile; the env's model stays as it is
-        model.vis.global_.offwidth = max(model.vis.global_.offwidth, self.tile_w)
+        # A render-side copy (the env's model stays as it is): the dressed G1, or the model itself.
+        model = look.render_model(mj_model, collision=collision)
+        model = copy.copy(model) if model is mj_model else model
+        self.dressed = look.is_dressed(model)  # its floor has lines of its own; else one is drawn (floor_grid)
+        model.vis.global_.offwidth = max(model.vis.global_.offwidth, self.tile_w)  # the buffer must hold a tile
         model.vis.global_.offheight = max(model.vis.global_.offheight, self.tile_h)
-        # The G1 model has no lights of its own: a brighter headlight keeps the grey robot readable.
-        model.vis.headlight.ambient[:] = 0.35
-        model.vis.headlight.diffuse[:] = 0.75
+        if not self.dressed:
+            # A model without lights of its own: a brighter headlight keeps a grey robot readable.
+            model.vis.headlight.ambient[:] = 0.35
+            model.vis.headlight.diffuse[:] = 0.75
         self.model = model
         self.data = [mujoco.MjData(model) for _ in range(self.worlds)]
         self.renderer = with_gl_hint(lambda: mujoco.Renderer(model, self.tile_h, self.tile_w))
-        self.option = mujoco.MjvOption()
-        self.option.geomgroup[COLLISION_GROUP] = 1
+        self.option = look.scene_option(model, collision=collision)
+        if software_gl():
+            # Mesa's CPU rasteriser draws every mesh triangle again for the shadow map: shadows would more
+            # than double a frame's time there (docs/en/play.md).
+            self.renderer.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
         self.camera = camera
         self.root_body = int(root_body)
         self.cameras = [self._camera() for _ in range(self.worlds)]
@@ -76,7 +99,8 @@ class FrameRenderer:
             if self.camera == "fixed" and not self._started:
                 cam.lookat[:] = d.xpos[self.root_body]  # where the robot starts; the camera stays there
             self.renderer.update_scene(d, camera=cam, scene_option=self.option)
-            add_to_scene(self.renderer.scene, floor_grid(cam.lookat))
+            if not self.dressed:
+                add_to_scene(self.renderer.scene, floor_grid(cam.lookat))
             if markers is not None:
                 add_to_scene(self.renderer.scene, markers[w])
             r, c = divmod(w, self.cols)

@@ -31,12 +31,13 @@ class VideoRecorder:
     every n-th step so that the video still plays in real time; default: every step, in real time."""
 
     def __init__(self, path: str | Path, *, worlds: int = 1, fps: float | None = None, width: int = 640,
-                 height: int = 480, camera: str = "track"):
+                 height: int = 480, camera: str = "track", collision: bool = False):
         from .video import require_imageio
 
         self.path = Path(path)
         require_imageio(self.path.suffix.lower() == ".gif")  # fail before the env is built
         self.worlds, self.fps, self.width, self.height, self.camera = worlds, fps, width, height, camera
+        self.collision = collision
         self.renderer = self.writer = None
         self.calls = 0
 
@@ -50,7 +51,8 @@ class VideoRecorder:
         fps = float(self.fps or control_hz)
         self.stride = max(1, round(control_hz / fps))
         self.renderer = FrameRenderer(env.mj_model, worlds=self.worlds, width=self.width, height=self.height,
-                                      camera=self.camera, root_body=root_body(env.mj_model))
+                                      camera=self.camera, root_body=root_body(env.mj_model),
+                                      collision=self.collision)
         self.writer = VideoWriter(self.path, fps)
 
     def frame(self, env) -> None:
@@ -70,21 +72,24 @@ class VideoRecorder:
 class PassiveViewer:
     """MuJoCo's interactive viewer on world 0, paced to real time; closing its window ends the rollout."""
 
-    def __init__(self):
+    def __init__(self, *, collision: bool = False):
         from .gl import require_gl
 
         require_gl("--viewer", viewer=True)  # a display and glfw; MUJOCO_GL plays no part
         self.viewer = None
+        self.collision = collision
 
     def start(self, env) -> None:
         import mujoco
         import mujoco.viewer
 
-        self.model = env.mj_model
+        from unilab.assets import look
+
+        self.model = look.render_model(env.mj_model, collision=self.collision)  # the G1's look, not the env's model
         self.data = mujoco.MjData(self.model)
         self.dt = float(env.dt)
         self.viewer = mujoco.viewer.launch_passive(self.model, self.data)
-        self.viewer.opt.geomgroup[3] = 1  # the G1's collision primitives
+        look.set_geom_groups(self.viewer.opt.geomgroup, self.model, collision=self.collision)
         self.next_t = time.perf_counter()
 
     def frame(self, env) -> None:
