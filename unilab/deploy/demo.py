@@ -36,6 +36,20 @@ TOUR: tuple[Leg, ...] = (
 )
 
 
+def tour_seconds(tour: tuple[Leg, ...] = TOUR) -> float:
+    return sum(leg.seconds for leg in tour)
+
+
+def scaled_tour(seconds: float | None) -> tuple[Leg, ...]:
+    """The tour with every leg scaled so that it lasts `seconds` (None: as it is)."""
+    if seconds is None:
+        return TOUR
+    if not 1.0 <= seconds <= 600.0:
+        raise DeployError(f"--seconds {seconds:g}: between 1 and 600")
+    k = seconds / tour_seconds()
+    return tuple(Leg(leg.label, leg.command, leg.seconds * k) for leg in TOUR)
+
+
 def shipped_policy() -> Path:
     return Path(str(resources.files("unilab.assets") / "policies" / f"{POLICY_NAME}.onnx"))
 
@@ -52,7 +66,7 @@ class TourLog:
     legs: list[dict] = field(default_factory=list)
 
 
-def walk_tour(model, policy, tour: tuple[Leg, ...] = TOUR, *, on_frame: Optional[Callable] = None,
+def walk_tour(model, policy, tour: tuple[Leg, ...] | None = None, *, on_frame: Optional[Callable] = None,
               say: Callable[[str], None] = print) -> TourLog:
     """Roll the policy through the tour's commands in one continuous episode (a fall restarts it from the start
     state); `on_frame(data)` after every policy step."""
@@ -73,7 +87,7 @@ def walk_tour(model, policy, tour: tuple[Leg, ...] = TOUR, *, on_frame: Optional
     substeps = decimation(meta, model)
     inputs = WalkInputs(np.zeros(3), 0, np.zeros(len(meta["joint_names"])))
     log = TourLog()
-    for leg in tour:
+    for leg in tour or TOUR:
         say(f"  {leg.label} (command {leg.command[0]:+.1f} m/s, {leg.command[1]:+.1f} m/s, {leg.command[2]:+.1f} rad/s)")
         inputs.command = np.asarray(leg.command, dtype=np.float64)
         falls_before, xy = log.falls, data.qpos[robot.root_q:robot.root_q + 2].copy()
@@ -106,8 +120,10 @@ def add_parser(sub) -> None:
                    help="the video to write (.mp4, or .gif; default demo.mp4; '' for none)")
     p.add_argument("--no-viewer", action="store_true", help="do not open MuJoCo's viewer even where a display exists")
     p.add_argument("--collision", action="store_true", help="draw the collision geoms instead of the meshes")
-    p.add_argument("--size", default="640x480", metavar="WxH", help="video frame size (default 640x480)")
-    p.add_argument("--fps", type=float, default=25.0, help="video frames per second (default 25, real time)")
+    p.add_argument("--size", default="480x360", metavar="WxH", help="video frame size (default 480x360)")
+    p.add_argument("--seconds", type=float, metavar="S",
+                   help=f"length of the tour, its legs shortened or lengthened alike (default {tour_seconds():g})")
+    p.add_argument("--fps", type=float, default=20.0, help="video frames per second (default 20; it plays in real time)")
     p.set_defaults(func=main)
 
 
@@ -133,6 +149,7 @@ def main(args) -> int:
 
     try:
         size = _size(args.size)
+        tour = scaled_tour(args.seconds)
         if not 1.0 <= args.fps <= 100.0:
             raise DeployError(f"--fps {args.fps:g}: between 1 and 100")
         if args.video:
@@ -142,12 +159,12 @@ def main(args) -> int:
         viewer = not args.no_viewer and has_display() and viewer_problem() is None
         if not args.video and not viewer:
             raise DeployError("nothing to show: no display for the viewer here, and --video ''")
-        return _show(args, size, viewer)
+        return _show(args, size, viewer, tour)
     except DeployError as exc:
         return fail(str(exc))
 
 
-def _show(args, size: tuple[int, int], viewer: bool) -> int:
+def _show(args, size: tuple[int, int], viewer: bool, tour: tuple[Leg, ...]) -> int:
     from unilab.viz.watch import WatchClosed
 
     from . import model as models
@@ -171,7 +188,7 @@ def _show(args, size: tuple[int, int], viewer: bool) -> int:
         on_frame.append(_viewer_frame(model, policy.meta["control_dt"], args.collision, closers))
     ok = False
     try:
-        log = walk_tour(model, policy, on_frame=lambda data: [f(data) for f in on_frame])
+        log = walk_tour(model, policy, tour, on_frame=lambda data: [f(data) for f in on_frame])
         ok = True
     except WatchClosed:
         print("unilab demo: the viewer was closed")
