@@ -1,4 +1,4 @@
-"""`unilab eval RUN [--checkpoint FILE] [--suite nominal|robust|all]`: eval.json and a printed table.
+"""`unilab eval RUN [--checkpoint FILE] [--suite nominal|robust|push|all]`: eval.json and a printed table.
 
 The run's task picks the evaluation: a command grid for `g1_walk_flat` (unilab/eval/walk.py), every
 clip of the motion for `g1_motion_tracking` (unilab/eval/tracking.py). The report's header fields are
@@ -22,6 +22,7 @@ from unilab.rundir.layout import EVAL_FILE, is_run_dir
 
 EVAL_SCHEMA = "unilab.eval/1"
 EVALUATED_TASKS = ("g1_walk_flat", "g1_motion_tracking")
+SUITE_NAMES = ("nominal", "robust", "push")  # the walk task's (unilab/eval/walk.py); tracking has the first two
 
 
 class EvalInputError(ValueError):
@@ -183,13 +184,17 @@ def format_table(report: dict, parts: int = 0) -> str:
     for suite, res in report["suites"].items():
         lines.append(f"\n[{suite}]  command (vx, vy, wz) -> achieved      lin err m/s  yaw err rad/s  falls  torque/limit")
         for r in res["per_command"]:
-            cmd = "({:+.1f}, {:+.1f}, {:+.1f})".format(*r["command"])
+            cmd = "({:+.2f}, {:+.2f}, {:+.2f})".format(*r["command"])
             ach = "({:+.2f}, {:+.2f}, {:+.2f})".format(*r["achieved"])
-            lines.append(f"  {cmd:<20} {ach:<22} {num(r['lin_error']):>10} {num(r['yaw_error']):>13} "
+            lines.append(f"  {cmd:<22} {ach:<20} {num(r['lin_error']):>10} {num(r['yaw_error']):>13} "
                          f"{100 * r['fall_fraction']:>5.1f}% {num(r['torque_share'], '{:.2f}'):>12}")
         o = res["overall"]
         lines.append(f"  {'overall':<43} {num(o['lin_error']):>10} {num(o['yaw_error']):>13} "
                      f"{100 * (o['fall_fraction'] or 0):>5.1f}% {num(o['torque_share'], '{:.2f}'):>12}")
+        if o.get("combined_lin_error") is not None or o.get("max_fall_fraction") is not None:
+            lines.append(f"  {'combined (vx, vy, wz all set)':<43} {num(o.get('combined_lin_error')):>10} "
+                         f"{'':>13} {100 * (o.get('combined_fall_fraction') or 0):>5.1f}%")
+            lines.append(f"  {'worst command falls':<43} {'':>10} {'':>13} {100 * (o.get('max_fall_fraction') or 0):>5.1f}%")
     return "\n".join(lines)
 
 
@@ -198,7 +203,10 @@ def add_parser(sub) -> None:
                                     "(walk), or every clip of the motion played from its start (motion tracking)")
     p.add_argument("run", help="run directory")
     p.add_argument("--checkpoint", help="checkpoint file (default: the run's latest)")
-    p.add_argument("--suite", choices=("nominal", "robust", "all"), default="all")
+    p.add_argument("--suite", choices=(*SUITE_NAMES, "all"), default="all",
+                   help="walk: nominal (no noise, pushes or friction draws), robust (noise, friction 0.3-1.2, "
+                        "pushes up to 0.5 m/s), push (noise, friction, a 0.5-1.0 m/s push every 2 s); "
+                        "motion tracking: nominal, robust; all: every suite of the task (default)")
     p.add_argument("--device", help="default: the run's training.device")
     p.add_argument("--envs-per-command", type=int, default=32, help="walk: envs per command of the grid")
     p.add_argument("--hold-s", type=float, default=10.0, help="walk: seconds each command is held")
@@ -235,6 +243,20 @@ def _settings(args: argparse.Namespace):
     return WalkEvalSettings(args.envs_per_command, args.hold_s, args.window_s)
 
 
+def _suites(name: str, settings) -> tuple[str, ...]:
+    """The suites `--suite` names for the run's task; EvalInputError for one the task has not."""
+    from .walk import SUITES, WalkEvalSettings
+
+    if settings is None:  # no run: evaluate() says so
+        return (name,) if name != "all" else ("nominal",)
+    known = tuple(SUITES) if isinstance(settings, WalkEvalSettings) else ("nominal", "robust")
+    if name == "all":
+        return known
+    if name not in known:
+        raise EvalInputError(f"--suite {name}: this run's task has the suites {', '.join(known)}")
+    return (name,)
+
+
 def main(args: argparse.Namespace) -> int:
     if args.envs_per_command < 1 or not 0 < args.window_s <= args.hold_s:
         print("unilab eval: need --envs-per-command >= 1 and 0 < --window-s <= --hold-s", file=sys.stderr)
@@ -242,9 +264,9 @@ def main(args: argparse.Namespace) -> int:
     if args.parts < 0:
         print(f"unilab eval: --parts {args.parts}: need a count >= 0", file=sys.stderr)
         return EXIT_USAGE
-    suites = ("nominal", "robust") if args.suite == "all" else (args.suite,)
     try:
         settings = _settings(args)
+        suites = _suites(args.suite, settings)
         report = evaluate(args.run, checkpoint=args.checkpoint, suites=suites, device=args.device,
                           settings=settings, out=args.out)
     except EvalInputError as exc:

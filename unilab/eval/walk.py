@@ -11,25 +11,35 @@ from dataclasses import dataclass
 
 import torch
 
-# (vx m/s, vy m/s, wz rad/s): straight walking both ways, side steps, turning on the spot, and
-# walking while turning or side-stepping; standing last.
+# (vx m/s, vy m/s, wz rad/s): straight walking both ways, side steps (a slow one too), turning on the
+# spot, walking while turning or side-stepping, all three at once; standing last.
 COMMAND_GRID: tuple[tuple[float, float, float], ...] = (
     (0.5, 0.0, 0.0), (1.0, 0.0, 0.0), (-0.5, 0.0, 0.0),
-    (0.0, 0.4, 0.0), (0.0, -0.4, 0.0),
+    (0.0, 0.4, 0.0), (0.0, -0.4, 0.0), (0.0, 0.25, 0.0),
     (0.0, 0.0, 0.8), (0.0, 0.0, -0.8),
     (0.5, 0.0, 0.8), (0.5, 0.0, -0.8), (1.0, 0.0, 0.8),
     (0.5, 0.4, 0.0), (-0.5, -0.4, 0.0),
+    (0.5, 0.3, 0.5), (0.5, -0.3, -0.5), (-0.4, 0.3, 0.5),
     (0.0, 0.0, 0.0),
 )
 
-# Task settings of each suite: "nominal" is the training distribution without noise, pushes or
-# friction draws; "robust" is the training randomisation.
+# Every suite sets these itself, whatever the run trained with: no payload or motor draws, and pushes
+# at their full size from the first step.
+_FIXED = {"added_mass_kg": None, "kp_scale": None, "kd_scale": None, "push_curriculum_steps": 0}
+
+# Task settings of each suite: "nominal" is the command grid without noise, pushes or friction draws;
+# "robust" adds observation noise, friction 0.3-1.2 and a push of up to 0.5 m/s every 1-3 s; "push"
+# pushes every env every 2 s (all at once) by 0.5-1.0 m/s in a uniform direction, with the noise and
+# friction of "robust".
 SUITES: dict[str, dict] = {
     "nominal": {"observations": {"noise_scale": 0.0},
-                "randomization": {"friction_range": None, "push_interval_s": None}},
+                "randomization": {**_FIXED, "friction_range": None, "push_interval_s": None}},
     "robust": {"observations": {"noise_scale": 1.0},
-               "randomization": {"friction_range": [0.3, 1.2], "push_interval_s": [1.0, 3.0],
-                                 "push_max_vel_xy": 0.5}},
+               "randomization": {**_FIXED, "friction_range": [0.3, 1.2], "push_interval_s": [1.0, 3.0],
+                                 "push_min_vel_xy": 0.0, "push_max_vel_xy": 0.5}},
+    "push": {"observations": {"noise_scale": 1.0},
+             "randomization": {**_FIXED, "friction_range": [0.3, 1.2], "push_interval_s": [2.0, 2.0],
+                               "push_min_vel_xy": 0.5, "push_max_vel_xy": 1.0}},
 }
 
 
@@ -110,11 +120,20 @@ def rollout(env, policy, settings: WalkEvalSettings) -> list[dict]:
     return rows
 
 
+def is_combined(command) -> bool:
+    """Walking and side-stepping and turning at once."""
+    return all(c != 0.0 for c in command)
+
+
 def overall(rows: list[dict]) -> dict:
-    """Means over the grid (commands where every env fell have no velocity error)."""
-    def mean(key):
-        vals = [r[key] for r in rows if r[key] is not None]
+    """Means over the grid (commands where every env fell have no velocity error), and the linear error
+    and falls of the combined commands alone (vx, vy and wz all non-zero)."""
+    def mean(key, subset=rows):
+        vals = [r[key] for r in subset if r[key] is not None]
         return sum(vals) / len(vals) if vals else None
 
+    combined = [r for r in rows if is_combined(r["command"])]
     return {"lin_error": mean("lin_error"), "yaw_error": mean("yaw_error"),
-            "fall_fraction": mean("fall_fraction"), "torque_share": mean("torque_share")}
+            "fall_fraction": mean("fall_fraction"), "torque_share": mean("torque_share"),
+            "combined_lin_error": mean("lin_error", combined), "combined_fall_fraction": mean("fall_fraction", combined),
+            "max_fall_fraction": max((r["fall_fraction"] for r in rows), default=None)}
