@@ -310,4 +310,4 @@ def test_sim2sim_runs_without_torch_or_warp_and_prints_evals_table(tmp_path):
     rc, heavy = json.loads(done.stdout.strip().splitlines()[-1])
     assert rc == 0 and heavy == []
     assert "lin err m/s  yaw err rad/s  falls  torque/limit" in done.stdout
-    assert "(+0.5, +0.0, +0.0)" in done.stdout and "overall" in done.stdout
+    assert "(+0.50, +0.00, +0.00)" in done.stdout and "overall" in done.stdout

@@ -197,7 +197,7 @@ def test_a_command_where_every_env_fell_reads_so_instead_of_nan():
     assert "NaN" not in json.dumps(rows)
     table = format_table(report)
     assert "nan" not in table.lower()
-    (fell,) = [line for line in table.splitlines() if "(+0.5, +0.0, +0.0)" in line]
+    (fell,) = [line for line in table.splitlines() if "(+0.50, +0.00, +0.00)" in line]
     assert "every env fell during the hold: nothing measured" in fell and "100.0%" in fell
 
 
@@ -215,11 +215,12 @@ def test_eval_writes_a_versioned_report_and_a_table(walk_run, capsys):
     assert _eval(walk_run, *TINY) == 0
     report = json.loads((walk_run / "eval.json").read_text())
     assert report["schema"] == EVAL_SCHEMA and report["task"] == "g1_walk_flat" and report["algo"] == "fastsac"
-    assert report["iteration"] == 6 and set(report["suites"]) == {"nominal", "robust"}
+    assert report["iteration"] == 6 and set(report["suites"]) == {"nominal", "robust", "push"}
     assert report["checkpoint_time"] == pytest.approx((walk_run / "checkpoints" / "iter_0000006.pt").stat().st_mtime)
     for suite in report["suites"].values():
         assert len(suite["per_command"]) == len(walk.COMMAND_GRID)
-        assert set(suite["overall"]) == {"lin_error", "yaw_error", "fall_fraction", "torque_share"}
+        assert set(suite["overall"]) == {"lin_error", "yaw_error", "fall_fraction", "torque_share",
+                                         "combined_lin_error", "combined_fall_fraction", "max_fall_fraction"}
     table = capsys.readouterr().out
     assert "[nominal]" in table and "[robust]" in table and "overall" in table
     # An older checkpoint, one suite, another file.

@@ -1,4 +1,4 @@
-"""`unilab eval RUN [--checkpoint FILE] [--suite nominal|robust|all]`: eval.json and a printed table.
+"""`unilab eval RUN [--checkpoint FILE] [--suite nominal|robust|push|all]`: eval.json and a printed table.
 
 The run's task picks the evaluation: a command grid for `g1_walk_flat` (unilab/eval/walk.py), every
 clip of the motion for `g1_motion_tracking` (unilab/eval/tracking.py). The report's header fields are
@@ -23,6 +23,7 @@ from unilab.rundir.layout import EVAL_FILE, is_run_dir
 
 EVAL_SCHEMA = "unilab.eval/1"
 EVALUATED_TASKS = ("g1_walk_flat", "g1_motion_tracking")
+SUITE_NAMES = ("nominal", "robust", "push")  # the walk task's (unilab/eval/walk.py); tracking has the first two
 
 
 class EvalInputError(ValueError):
@@ -240,7 +241,10 @@ def add_parser(sub) -> None:
                                     "(walk), or every clip of the motion played from its start (motion tracking)")
     p.add_argument("run", help="run directory")
     p.add_argument("--checkpoint", help="checkpoint file (default: the run's latest)")
-    p.add_argument("--suite", choices=("nominal", "robust", "all"), default="all")
+    p.add_argument("--suite", choices=(*SUITE_NAMES, "all"), default="all",
+                   help="walk: nominal (no noise, pushes or friction draws), robust (noise, friction 0.3-1.2, "
+                        "pushes up to 0.5 m/s), push (noise, friction, a 0.5-1.0 m/s push every 2 s); "
+                        "motion tracking: nominal, robust; all: every suite of the task (default)")
     p.add_argument("--device", help="default: the run's training.run.device")
     p.add_argument("--envs-per-command", type=int, help="walk: envs per command of the grid (default: 32 on a GPU, "
                    f"{CPU_WALK['envs_per_command']} on the CPU)")
@@ -317,17 +321,31 @@ def _settings(args: argparse.Namespace, cpu: bool):
     return WalkEvalSettings(**sizes), lines
 
 
+def _suites(name: str, settings) -> tuple[str, ...]:
+    """The suites `--suite` names for the run's task; EvalInputError for one the task has not."""
+    from .walk import SUITES, WalkEvalSettings
+
+    if settings is None:  # no run: evaluate() says so
+        return (name,) if name != "all" else ("nominal",)
+    known = tuple(SUITES) if isinstance(settings, WalkEvalSettings) else ("nominal", "robust")
+    if name == "all":
+        return known
+    if name not in known:
+        raise EvalInputError(f"--suite {name}: this run's task has the suites {', '.join(known)}")
+    return (name,)
+
+
 def main(args: argparse.Namespace) -> int:
     from unilab.runtime.play import device_here
 
     if args.parts < 0:
         print(f"unilab eval: --parts {args.parts}: need a count >= 0", file=sys.stderr)
         return EXIT_USAGE
-    suites = ("nominal", "robust") if args.suite == "all" else (args.suite,)
     try:
         device, note = device_here(args.device, _run_device(args.run))
         lines = [note] if note else []
         settings, sized = _settings(args, device == "cpu")
+        suites = _suites(args.suite, settings)
         for line in lines + sized:
             _say(line)
         report = evaluate(args.run, checkpoint=args.checkpoint, suites=suites, device=device,

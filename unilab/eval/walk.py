@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from unilab.tasks.g1_walk_flat.evaluation import COMMAND_GRID, SUITES, overall  # noqa: F401 (eval's names)
+from unilab.tasks.g1_walk_flat.evaluation import COMMAND_GRID, SUITES, is_combined, overall  # noqa: F401 (eval's names)
 
 
 @dataclass

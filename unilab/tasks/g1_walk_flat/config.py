@@ -11,11 +11,16 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from unilab.checks import at_least_one, non_negative, number_in, one_of, ordered_pair
+from unilab.checks import at_least_one, integer_in, non_negative, number_in, one_of, ordered_pair
 from unilab.tasks.config_checks import (MAX_EPISODE_S, MAX_HEIGHT, MAX_SPEED, MAX_STD, check_control_steps,
                                         check_range_pairs, check_reward_weights)
 
 ACTION_BOUNDS = ("joint_limits", "uniform")
+# Bounds of the robustness draws: a removed mass above the pelvis's or torso's own (a few kg) would make
+# a body massless; motor factors beyond 5 are no motor the G1 has.
+MAX_ADDED_MASS_KG = 3.0
+MAX_GAIN_SCALE = 5.0
+MAX_CONTROL_STEPS = 10**9
 
 
 @dataclass
@@ -27,6 +32,10 @@ class CommandConfig:
     standing_fraction: float = 0.1  # share of resamples that command zero velocity
     min_lin_speed: float = 0.1  # m/s, planar commands slower than this are zeroed
     min_ang_speed: float = 0.1  # rad/s, yaw-rate commands slower than this are zeroed
+    # Share of the (non-standing) resamples that keep one axis of the three, drawn uniformly, and zero
+    # the other two: pure side steps and turns, slow ones included, which a box of combined commands
+    # rarely holds.
+    single_axis_fraction: float = 0.0
 
 
 @dataclass
@@ -45,6 +54,11 @@ class RewardWeights:
     joint_deviation_hip: float = -1.0
     joint_deviation_upper: float = -0.1
     stand_still: float = -0.2
+    # Joint speed (squared, rad^2/s^2) under a zero command: stand still instead of stepping in place.
+    stand_still_motion: float = 0.0
+    # Tilt of the torso (squared horizontal components of gravity in the torso frame): the pelvis term
+    # (orientation) leaves the waist free to lean the torso forward.
+    torso_orientation: float = 0.0
     feet_contact: float = 0.18
     feet_swing_height: float = -20.0
     feet_slip: float = -0.2
@@ -97,7 +111,21 @@ class RandomizationConfig:
     friction_range: tuple[float, float] | None = (0.3, 1.2)
     # Every env is pushed at its own times, uniformly push_interval_s apart; null turns pushes off.
     push_interval_s: tuple[float, float] | None = (1.0, 3.0)
-    push_max_vel_xy: float = 0.5  # m/s, uniform planar velocity kick
+    # A push adds a planar velocity in a uniform direction, its size uniform in
+    # [push_min_vel_xy, push_max_vel_xy] m/s.
+    push_max_vel_xy: float = 0.5
+    push_min_vel_xy: float = 0.0
+    # Push curriculum: the push sizes grow linearly from push_curriculum_start times their full size to
+    # the full size over the env's first push_curriculum_steps control steps (all worlds step together, so
+    # this is the training's progress; 0: full size from the start).
+    push_curriculum_steps: int = 0
+    push_curriculum_start: float = 0.5
+    # Mass (kg) added to the pelvis and to the torso, each drawn per env at every reset; null turns it off.
+    added_mass_kg: tuple[float, float] | None = None
+    # Motor strength: per env and actuator factors on the PD stiffness (kp) and damping (kd), drawn at every
+    # reset; null turns them off.
+    kp_scale: tuple[float, float] | None = None
+    kd_scale: tuple[float, float] | None = None
     # The first episode of each env ends after a uniform share of its length, so that envs do not
     # reset in lockstep and the replay never holds one phase of the episode only.
     stagger_first_episode: bool = True
@@ -132,6 +160,7 @@ class G1WalkFlatConfig:
         number_in("task.commands.standing_fraction", c.standing_fraction, 0, 1, "a share of the resamples")
         for name in ("min_lin_speed", "min_ang_speed"):
             non_negative(f"task.commands.{name}", getattr(c, name), MAX_SPEED)
+        number_in("task.commands.single_axis_fraction", c.single_axis_fraction, 0, 1, "a share of the resamples")
         self._check_rewards()
         number_in("task.terminations.min_base_height", self.terminations.min_base_height, 0, MAX_HEIGHT, "m")
         number_in("task.terminations.max_tilt_rad", self.terminations.max_tilt_rad, 0, math.pi, low_open=True)
@@ -145,7 +174,18 @@ class G1WalkFlatConfig:
         non_negative("task.randomization.reset_base_yaw", rnd.reset_base_yaw, 2 * math.pi)
         for name in ("reset_base_vel_noise", "push_max_vel_xy"):
             non_negative(f"task.randomization.{name}", getattr(rnd, name), MAX_SPEED)
+        number_in("task.randomization.push_min_vel_xy", rnd.push_min_vel_xy, 0, rnd.push_max_vel_xy,
+                  "m/s, at most push_max_vel_xy")
+        integer_in("task.randomization.push_curriculum_steps", rnd.push_curriculum_steps, 0, MAX_CONTROL_STEPS,
+                   "control steps; 0: no curriculum")
+        number_in("task.randomization.push_curriculum_start", rnd.push_curriculum_start, 0, 1,
+                  "a share of the full push")
         check_range_pairs("task.randomization", rnd)
+        if rnd.added_mass_kg is not None:
+            ordered_pair("task.randomization.added_mass_kg", rnd.added_mass_kg, -MAX_ADDED_MASS_KG, MAX_ADDED_MASS_KG)
+        for name in ("kp_scale", "kd_scale"):
+            if getattr(rnd, name) is not None:
+                ordered_pair(f"task.randomization.{name}", getattr(rnd, name), 0, MAX_GAIN_SCALE, low_open=True)
 
     def _check_rewards(self) -> None:
         r = self.rewards

@@ -21,6 +21,7 @@ from unilab.tasks.common.base import TaskEnv
 from unilab.tasks.g1_walk_flat.config import G1WalkFlatConfig
 
 _HIP_DEVIATION_JOINTS = ("hip_roll", "hip_yaw")
+_ADDED_MASS_BODIES = ("pelvis", "torso_link")  # where a payload sits: the battery, a backpack, a sensor head
 _UPPER_BODY_PREFIXES = ("waist_", "left_shoulder", "right_shoulder", "left_elbow", "right_elbow",
                         "left_wrist", "right_wrist")
 
@@ -43,6 +44,7 @@ class G1WalkFlatEnv(TaskEnv):
         self._hip_idx = _index([i for i, j in enumerate(names) if any(k in j for k in _HIP_DEVIATION_JOINTS)], dev)
         self._upper_idx = _index([i for i, j in enumerate(names) if j.startswith(_UPPER_BODY_PREFIXES)], dev)
         self._foot_site_ids = _index([model.site(s).id for s in g1.G1_FOOT_SITES], dev)
+        self._torso_id = model.body("torso_link").id
         self._contact_adr = _index([int(model.sensor_adr[model.sensor(s).id]) for s in g1.G1_FOOT_CONTACT_SENSORS], dev)
 
         f32 = torch.float32
@@ -61,8 +63,13 @@ class G1WalkFlatEnv(TaskEnv):
 
         rnd = cfg.randomization
         self.push_time_left = torch.full((n,), math.inf, device=dev, dtype=f32)
-        self._push_half_widths = torch.full((2,), float(rnd.push_max_vel_xy), device=dev)  # planar kicks only
+        # Full push sizes; the curriculum scales them by a ramp of the step counter inside the step.
+        self._push_speeds = torch.tensor([rnd.push_min_vel_xy, rnd.push_max_vel_xy], device=dev, dtype=f32)
         self._geom_friction = dr.per_world_friction(self) if rnd.friction_range is not None else None
+        self._added_mass = (dr.AddedMass(self, [model.body(b).id for b in _ADDED_MASS_BODIES], rnd.added_mass_kg)
+                            if rnd.added_mass_kg is not None else None)
+        self._motors = (dr.MotorStrength(self, rnd.kp_scale, rnd.kd_scale)
+                        if rnd.kp_scale is not None or rnd.kd_scale is not None else None)
         self._finish_init()
         if rnd.stagger_first_episode:
             self.episode_length.copy_(torch.randint(0, self.max_episode_length, (n,), device=dev,
@@ -135,7 +142,7 @@ class G1WalkFlatEnv(TaskEnv):
         self._resample_commands(self.command_time_left <= 0.0)
         rnd = self.cfg.randomization
         if rnd.push_interval_s is not None:
-            dr.tick_pushes(self, self.push_time_left, rnd.push_interval_s, self._push_half_widths)
+            dr.tick_pushes(self, self.push_time_left, rnd.push_interval_s, push=self._push)
 
     def _resample_commands(self, mask: torch.Tensor) -> None:
         c = self.cfg.commands
@@ -148,6 +155,12 @@ class G1WalkFlatEnv(TaskEnv):
             ),
             dim=1,
         )
+        # Single-axis resamples keep one axis, each with a third of the chance (drawn even when the
+        # share is 0: the same random stream whatever the setting).
+        single = self._rand(n) < c.single_axis_fraction
+        axis = torch.floor(self._rand(n, 1) * 3.0)  # 0, 1 or 2 (1.0 itself is never drawn)
+        keep = (axis == torch.arange(3, device=self.device)) | ~single[:, None]
+        new = torch.where(keep, new, 0.0)
         # Small commands become exact zeros so "standing" is a well-defined mode.
         slow = new[:, :2].norm(dim=1, keepdim=True) < c.min_lin_speed
         new[:, :2] = torch.where(slow, 0.0, new[:, :2])
@@ -161,8 +174,16 @@ class G1WalkFlatEnv(TaskEnv):
         self.command_time_left.copy_(torch.where(mask, duration, self.command_time_left))
 
     def _push(self, due: torch.Tensor) -> None:
-        """Kick the bases of the envs where ``due`` is set (a device mask: no host branch)."""
-        dr.push_root(self, due, self._push_half_widths)
+        """Kick the bases of the envs where ``due`` is set (a device mask: no host branch), at the size
+        the push curriculum has reached."""
+        speeds = self._push_speeds * self.push_scale
+        dr.push_planar(self, due, speeds[0], speeds[1])
+
+    @property
+    def push_scale(self) -> torch.Tensor:
+        """Device scalar: the share of the full push size the curriculum has reached."""
+        rnd = self.cfg.randomization
+        return dr.ramp(self.common_step_counter, rnd.push_curriculum_steps, rnd.push_curriculum_start)
 
     # --------------------------------------------------------------- reset
     def _reset_state(self, mask: torch.Tensor) -> None:
@@ -179,6 +200,10 @@ class G1WalkFlatEnv(TaskEnv):
 
         if self._geom_friction is not None:
             dr.resample_friction(self, self._geom_friction, mask, rnd.friction_range)
+        if self._added_mass is not None:
+            self._added_mass.resample(mask)
+        if self._motors is not None:
+            self._motors.resample(mask)
 
         self._resample_commands(mask)
         if rnd.push_interval_s is not None:
@@ -296,6 +321,13 @@ class G1WalkFlatEnv(TaskEnv):
     def _reward_stand_still(self) -> torch.Tensor:
         dev = (self.joint_pos - self.default_joint_pos).abs().sum(dim=1)
         return dev * self.standing
+
+    def _reward_stand_still_motion(self) -> torch.Tensor:
+        return rk.squared_norm(self.joint_vel) * self.standing
+
+    def _reward_torso_orientation(self) -> torch.Tensor:
+        # Gravity in the torso frame is -(third row of the world-from-torso rotation): its x, y parts.
+        return rk.squared_norm(self.backend.xmat[:, self._torso_id, 2, :2])
 
     def _reward_feet_contact(self) -> torch.Tensor:
         """Number of feet whose contact state matches the gait clock (0-2)."""

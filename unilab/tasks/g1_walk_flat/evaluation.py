@@ -3,36 +3,55 @@ the command grid, the suites, the overall means and the printed table. No torch 
 
 from __future__ import annotations
 
-# (vx m/s, vy m/s, wz rad/s): straight walking both ways, side steps, turning on the spot, and
-# walking while turning or side-stepping; standing last.
+# (vx m/s, vy m/s, wz rad/s): straight walking both ways, side steps (a slow one too), turning on the
+# spot, walking while turning or side-stepping, all three at once; standing last.
 COMMAND_GRID: tuple[tuple[float, float, float], ...] = (
     (0.5, 0.0, 0.0), (1.0, 0.0, 0.0), (-0.5, 0.0, 0.0),
-    (0.0, 0.4, 0.0), (0.0, -0.4, 0.0),
+    (0.0, 0.4, 0.0), (0.0, -0.4, 0.0), (0.0, 0.25, 0.0),
     (0.0, 0.0, 0.8), (0.0, 0.0, -0.8),
     (0.5, 0.0, 0.8), (0.5, 0.0, -0.8), (1.0, 0.0, 0.8),
     (0.5, 0.4, 0.0), (-0.5, -0.4, 0.0),
+    (0.5, 0.3, 0.5), (0.5, -0.3, -0.5), (-0.4, 0.3, 0.5),
     (0.0, 0.0, 0.0),
 )
 
-# Task settings of each suite: "nominal" is the training distribution without noise, pushes or
-# friction draws; "robust" is the training randomisation.
+# Every suite sets these itself, whatever the run trained with: no payload or motor draws, and pushes
+# at their full size from the first step.
+_FIXED = {"added_mass_kg": None, "kp_scale": None, "kd_scale": None, "push_curriculum_steps": 0}
+
+# Task settings of each suite: "nominal" is the command grid without noise, pushes or friction draws;
+# "robust" adds observation noise, friction 0.3-1.2 and a push of up to 0.5 m/s every 1-3 s; "push"
+# pushes every env every 2 s (all at once) by 0.5-1.0 m/s in a uniform direction, with the noise and
+# friction of "robust".
 SUITES: dict[str, dict] = {
     "nominal": {"observations": {"noise_scale": 0.0},
-                "randomization": {"friction_range": None, "push_interval_s": None}},
+                "randomization": {**_FIXED, "friction_range": None, "push_interval_s": None}},
     "robust": {"observations": {"noise_scale": 1.0},
-               "randomization": {"friction_range": [0.3, 1.2], "push_interval_s": [1.0, 3.0],
-                                 "push_max_vel_xy": 0.5}},
+               "randomization": {**_FIXED, "friction_range": [0.3, 1.2], "push_interval_s": [1.0, 3.0],
+                                 "push_min_vel_xy": 0.0, "push_max_vel_xy": 0.5}},
+    "push": {"observations": {"noise_scale": 1.0},
+             "randomization": {**_FIXED, "friction_range": [0.3, 1.2], "push_interval_s": [2.0, 2.0],
+                               "push_min_vel_xy": 0.5, "push_max_vel_xy": 1.0}},
 }
 
 
+def is_combined(command) -> bool:
+    """Walking and side-stepping and turning at once."""
+    return all(c != 0.0 for c in command)
+
+
 def overall(rows: list[dict]) -> dict:
-    """Means over the grid (commands where every env fell have no velocity error)."""
-    def mean(key):
-        vals = [r[key] for r in rows if r[key] is not None]
+    """Means over the grid (commands where every env fell have no velocity error), and the linear error
+    and falls of the combined commands alone (vx, vy and wz all non-zero)."""
+    def mean(key, subset=rows):
+        vals = [r[key] for r in subset if r[key] is not None]
         return sum(vals) / len(vals) if vals else None
 
+    combined = [r for r in rows if is_combined(r["command"])]
     return {"lin_error": mean("lin_error"), "yaw_error": mean("yaw_error"),
-            "fall_fraction": mean("fall_fraction"), "torque_share": mean("torque_share")}
+            "fall_fraction": mean("fall_fraction"), "torque_share": mean("torque_share"),
+            "combined_lin_error": mean("lin_error", combined), "combined_fall_fraction": mean("fall_fraction", combined),
+            "max_fall_fraction": max((r["fall_fraction"] for r in rows), default=None)}
 
 
 def _num(x, fmt="{:.3f}"):
@@ -43,7 +62,7 @@ def format_suite(suite: str, result: dict) -> list[str]:
     """One suite's table: a line per command (`per_command` rows) and the `overall` line."""
     lines = [f"\n[{suite}]  command (vx, vy, wz) -> achieved      lin err m/s  yaw err rad/s  falls  torque/limit"]
     for r in result["per_command"]:
-        cmd = "({:+.1f}, {:+.1f}, {:+.1f})".format(*r["command"])
+        cmd = "({:+.2f}, {:+.2f}, {:+.2f})".format(*r["command"])
         if r["lin_error"] is None:  # every env of the command fell: no velocity to measure
             fell = "every env fell during the hold: nothing measured"
             lines.append(f"  {cmd:<20} {fell:<50} {100 * r['fall_fraction']:>5.1f}%")
@@ -54,4 +73,8 @@ def format_suite(suite: str, result: dict) -> list[str]:
     o = result["overall"]
     lines.append(f"  {'overall':<43} {_num(o['lin_error']):>10} {_num(o['yaw_error']):>13} "
                  f"{100 * (o['fall_fraction'] or 0):>5.1f}% {_num(o['torque_share'], '{:.2f}'):>12}")
+    if o.get("combined_lin_error") is not None or o.get("max_fall_fraction") is not None:
+        lines.append(f"  {'combined (vx, vy, wz all set)':<43} {_num(o.get('combined_lin_error')):>10} "
+                     f"{'':>13} {100 * (o.get('combined_fall_fraction') or 0):>5.1f}%")
+        lines.append(f"  {'worst command falls':<43} {'':>10} {'':>13} {100 * (o.get('max_fall_fraction') or 0):>5.1f}%")
     return lines

@@ -1,0 +1,47 @@
+"""The robust walk settings: schema checks of the new keys, the eval's push suite and combined means,
+and the walk_robust preset (no Warp)."""
+
+from __future__ import annotations
+
+import pytest
+
+from unilab.eval import walk
+from unilab.tasks.g1_walk_flat.config import CommandConfig, G1WalkFlatConfig, RandomizationConfig
+
+
+@pytest.mark.parametrize("build, needle", [
+    (lambda: G1WalkFlatConfig(commands=CommandConfig(single_axis_fraction=1.5)), "single_axis_fraction"),
+    (lambda: G1WalkFlatConfig(randomization=RandomizationConfig(push_min_vel_xy=0.6)), "push_min_vel_xy"),
+    (lambda: G1WalkFlatConfig(randomization=RandomizationConfig(push_curriculum_steps=-1)), "push_curriculum_steps"),
+    (lambda: G1WalkFlatConfig(randomization=RandomizationConfig(push_curriculum_start=2.0)), "push_curriculum_start"),
+    (lambda: G1WalkFlatConfig(randomization=RandomizationConfig(added_mass_kg=(2.0, 1.0))), "added_mass_kg"),
+    (lambda: G1WalkFlatConfig(randomization=RandomizationConfig(added_mass_kg=(-5.0, 1.0))), "added_mass_kg"),
+    (lambda: G1WalkFlatConfig(randomization=RandomizationConfig(kp_scale=(0.0, 1.0))), "kp_scale"),
+    (lambda: G1WalkFlatConfig(randomization=RandomizationConfig(kd_scale=(0.9, 50.0))), "kd_scale"),
+])
+def test_bad_robust_values_fail_in_the_schema(build, needle):
+    with pytest.raises(ValueError, match=needle):
+        build()
+
+
+def test_push_suite_pushes_hard_at_fixed_times_with_noise_and_friction():
+    over = walk.task_overrides("push", walk.WalkEvalSettings())
+    rnd = over["randomization"]
+    assert rnd["push_interval_s"] == [2.0, 2.0] and (rnd["push_min_vel_xy"], rnd["push_max_vel_xy"]) == (0.5, 1.0)
+    assert rnd["friction_range"] == [0.3, 1.2] and over["observations"]["noise_scale"] == 1.0
+    for suite in walk.SUITES:  # no training-only draws, full-size pushes from the start, whatever the run used
+        r = walk.task_overrides(suite, walk.WalkEvalSettings())["randomization"]
+        assert r["added_mass_kg"] is None and r["kp_scale"] is None and r["push_curriculum_steps"] == 0
+    G1WalkFlatConfig(**{k: v for k, v in over.items() if k not in ("randomization", "observations")},
+                     randomization=RandomizationConfig(**rnd))
+
+
+def test_overall_reports_combined_commands_and_the_worst_fall_share():
+    rows = [{"command": [0.5, 0.3, 0.5], "lin_error": 0.2, "yaw_error": 0.1, "fall_fraction": 0.0, "torque_share": 0.1},
+            {"command": [0.5, 0.0, 0.0], "lin_error": 0.1, "yaw_error": 0.1, "fall_fraction": 0.5, "torque_share": 0.1},
+            {"command": [-0.4, 0.3, 0.5], "lin_error": 0.4, "yaw_error": 0.1, "fall_fraction": 0.25,
+             "torque_share": 0.1}]
+    o = walk.overall(rows)
+    assert o["combined_lin_error"] == pytest.approx(0.3) and o["combined_fall_fraction"] == pytest.approx(0.125)
+    assert o["max_fall_fraction"] == 0.5 and o["lin_error"] == pytest.approx(0.7 / 3)
+    assert any(walk.is_combined(c) for c in walk.COMMAND_GRID) and (0.0, 0.25, 0.0) in walk.COMMAND_GRID
