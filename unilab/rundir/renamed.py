@@ -57,6 +57,9 @@ def upgrade_overrides(overrides: list[str], say: Callable[[str], None] | None = 
     return out
 
 
+_NOTED: set[str] = set()
+
+
 def upgrade_training_values(config: Any, source: str = "a run_config.json",
                             say: Callable[[str], None] | None = None) -> Any:
     """A recorded config (run_config.json's groups) with its flat training keys moved into their groups, in
@@ -70,7 +73,8 @@ def upgrade_training_values(config: Any, source: str = "a run_config.json",
         group = training.setdefault(_GROUP_OF[key], {})
         if isinstance(group, dict):
             group.setdefault(key, value)
-    if moved:
+    if moved and (say is not None or source not in _NOTED):
+        _NOTED.add(source)  # a tool that reads the file twice says it once
         first = f"training.{moved[0]}"
         more = f", and {len(moved) - 1} more" if len(moved) > 1 else ""
         (say or _stderr)(f"note: {source} has training's keys of an earlier unilab, read in today's spelling "
