@@ -9,7 +9,7 @@ import re
 from unilab.config.catalog import GROUP_FLAGS, VALUE_FLAGS, choices
 from unilab.rundir.renamed import upgrade_overrides
 
-GROUP_KEYS = ("algo", "task", "sim", "execution")
+GROUP_KEYS = tuple(group.lstrip("+") for group in GROUP_FLAGS.values())  # the groups a flag chooses
 _SCHEMA_NODE = re.compile(r"\w+_schema\b")
 
 
