@@ -86,7 +86,7 @@ def test_a_run_trained_on_a_gpu_plays_on_the_cpu_of_a_host_without_one(walk_run,
     gpu_run = tmp_path / "gpu_run"
     gpu_run.mkdir()
     config = json.loads((walk_run / "run_config.json").read_text())
-    config["training"]["device"] = "cuda:0"
+    config["training"]["run"]["device"] = "cuda:0"
     (gpu_run / "run_config.json").write_text(json.dumps(config))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # this host has no GPU, whatever it has
     assert _play(gpu_run, "--agent", "zero", "--steps", 3, "--envs", 2, "--out", tmp_path / "z.json") == 0
