@@ -5,7 +5,7 @@
         --variant stand:action_offset=stand --variant no_self_collision:self_collisions=false
 
 Each --variant NAME:KEY=VALUE[,KEY=VALUE...] adds rows of the task with those task overrides (dotted
-keys, YAML values: `randomization.friction_range=null`; keys under `sim.` set the simulation instead:
+keys, YAML values: `randomization.friction_range=null`, lists in brackets: `randomization.kp_scale=[0.85,1.15]`; keys under `sim.` set the simulation instead:
 `sim.iterations=6`) beside the rows of its defaults, to see what a setting costs. Physics only = the
 backend's decimated step (one captured CUDA graph). Full = `env.step` (actions -> PD targets, physics,
 observations, rewards, terminations, masked resets).
@@ -37,7 +37,8 @@ def parse_variant(text: str) -> tuple[str, dict]:
     from omegaconf import OmegaConf
 
     name, sep, body = text.partition(":")
-    pairs = [p for p in body.split(",") if p]
+    # A comma inside brackets belongs to a list value: `added_mass_kg=[-1.0,3.0]`.
+    pairs = [p for p in re.split(r",(?![^\[]*\])", body) if p]
     if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or not pairs or any("=" not in p for p in pairs):
         raise ValueError(f"--variant {text!r}: expected NAME:KEY=VALUE[,KEY=VALUE...]")
     return name, OmegaConf.to_container(OmegaConf.from_dotlist(pairs))

@@ -27,6 +27,14 @@ def test_variant_parses_dotted_keys_and_yaml_values():
     assert env_throughput.task_config("g1_motion_tracking", 4).self_collisions is True  # the defaults row
 
 
+def test_variant_list_values_keep_their_commas():
+    name, overrides = env_throughput.parse_variant(
+        "robust:randomization.kp_scale=[0.85,1.15],randomization.push_max_vel_xy=1.0")
+    assert overrides == {"randomization": {"kp_scale": [0.85, 1.15], "push_max_vel_xy": 1.0}}
+    cfg = env_throughput.task_config("g1_walk_flat", 4, overrides)
+    assert tuple(cfg.randomization.kp_scale) == (0.85, 1.15)
+
+
 @pytest.mark.parametrize("text", ["stand", "stand:", "stand:action_offset", "two words:a=1"])
 def test_malformed_variant_is_rejected(text):
     with pytest.raises(ValueError, match="NAME:KEY=VALUE"):
