@@ -223,7 +223,7 @@ def test_documented_invocation_expands(line):
 
 def test_documented_gate_expansion_is_the_scripts():
     """The appendix's example (en and zh): the commands it lists are the dry-run's."""
-    for doc in (ROOT / "docs" / "en" / "performance.md", ROOT / "docs" / "zh" / "performance.md"):
+    for doc in (ROOT / "docs" / "en" / "performance-reference.md", ROOT / "docs" / "zh" / "performance-reference.md"):
         blocks = re.findall(r"```bash\n(.*?)```", doc.read_text(), re.S)
         listed = next(b for b in blocks if b.startswith("unilab mps start --gpu 0\ntrain -m")).splitlines()
         expanded = as_typed(commands(dry("mps-start") + dry("gate", "--algo", "fastsac", "--task", "g1_walk_flat",

@@ -95,8 +95,8 @@ def test_the_example_commands_parse(source):
 
 
 def _multi_node_script(lang: str) -> str:
-    """The Slurm batch script of cluster.md's several-nodes section (a bash block with #SBATCH --nodes)."""
-    text = (ROOT / "docs" / lang / "cluster.md").read_text()
+    """The Slurm batch script of the cluster reference's several-nodes section (a bash block with #SBATCH --nodes)."""
+    text = (ROOT / "docs" / lang / "cluster-reference.md").read_text()
     (script,) = [b for b in re.findall(r"```bash\n(.*?)```", text, re.S) if "#SBATCH --nodes=" in b]
     return script
 

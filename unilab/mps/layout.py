@@ -17,7 +17,7 @@ Why /tmp/unilab-mps-<uid> rather than $XDG_RUNTIME_DIR:
 - It outlives the login. logind removes $XDG_RUNTIME_DIR at the user's last logout, taking the
   control socket and the state file (with the compute mode `stop` must restore) from under a daemon
   that keeps running; it is also a size-capped tmpfs, where the daemon's logs would grow.
-- It is what the MPS guide's raw commands (docs/en/mps-guide.md, "By hand") and the other docs type.
+- It is what the MPS reference's raw commands (docs/en/mps-reference.md, "By hand") and the other docs type.
 
 What /tmp costs is a name another user could create first. `unilab mps start` meets it: it creates
 every level 0700 and refuses a symlink or a directory owned by another uid (`ensure_private_dir`).

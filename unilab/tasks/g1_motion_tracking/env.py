@@ -12,7 +12,7 @@ Episodes end `terminated` when the anchor height, the anchor tilt or an end-effe
 leaves the reference by more than the thresholds, and `truncated` at `episode_length_s` or
 when the env's clip's last frame is reached (no looping: an arbitrary clip does not loop seamlessly).
 
-Robustness (see docs/en/tracking.md): pushes, per-world friction and CoM, noise on the policy's
+Robustness (see docs/en/tracking-reference.md): pushes, per-world friction and CoM, noise on the policy's
 observations only, a self-collision penalty and per-joint action spans.
 """
 
