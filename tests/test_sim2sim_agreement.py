@@ -22,26 +22,16 @@ COMMAND = (0.5, 0.2, 0.3)
 def _env_and_policy(tmp_path):
     import torch
 
-    from unilab.algos.base import make_learner
-    from unilab.algos.fastsac.config import FastSACConfig
+    from tiny_learners import export_random_policy
     from unilab.registry import instantiate
-    from unilab.rundir.policy import metadata_props
     from unilab.tasks import make_env
-    from unilab.tasks.common.metadata import env_description
 
     task = {"name": "g1_walk_flat", "num_envs": 1, "observations": {"noise_scale": 0.0},
             "randomization": {"friction_range": None, "push_interval_s": None, "stagger_first_episode": False,
                               "reset_joint_pos_noise": 0.0, "reset_base_yaw": 0.0, "reset_base_vel_noise": 0.0}}
     env = make_env(instantiate("task", task), instantiate("sim", {}), "cpu", 0)
     env.hold_commands(torch.tensor([COMMAND]))
-    learner = make_learner(FastSACConfig(actor_hidden_dim=32, critic_hidden_dim=32, bf16=False, cuda_graph=False,
-                                         replay_capacity=64), env.obs_dim, env.critic_obs_dim, env.action_dim,
-                           torch.device("cpu"), 0)
-    path = tmp_path / "policy.onnx"
-    meta = metadata_props(env_description(env), task="g1_walk_flat", algo="fastsac", checkpoint="none",
-                          iteration=0, env_steps=0)
-    learner.export_onnx(str(path), meta)
-    return env, path
+    return env, export_random_policy(env, "g1_walk_flat", tmp_path / "policy.onnx")
 
 
 @pytest.mark.integration

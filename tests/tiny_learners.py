@@ -46,6 +46,24 @@ WARPSAC = WarpSACConfig(
 )  # fmt: skip
 
 
+def export_random_policy(env, task: str, path, head_gain: float | None = None):
+    """A randomly initialised FastSAC actor (32 wide) for `env`, exported to `path` as ONNX with the env's metadata
+    (schema 2, as training writes it). Its head starts within 1e-3 of zero, so its actions are about 1e-3:
+    `head_gain` multiplies the weights of the action means' head, for actions that move the joints."""
+    from unilab.rundir.policy import metadata_props
+    from unilab.tasks.common.metadata import env_description
+
+    cfg = FastSACConfig(actor_hidden_dim=32, critic_hidden_dim=32, bf16=False, cuda_graph=False, replay_capacity=64)
+    lrn = make_learner(cfg, env.obs_dim, env.critic_obs_dim, env.action_dim, torch.device("cpu"), 0)
+    if head_gain is not None:
+        with torch.no_grad():
+            lrn.actor.net[-1].weight[: env.action_dim].mul_(head_gain)
+    meta = metadata_props(env_description(env), task=task, algo="fastsac", checkpoint="none", iteration=0,
+                          env_steps=0)
+    lrn.export_onnx(str(path), meta)
+    return path
+
+
 def transitions(n: int = ENVS, terminal_prob: float = 0.1) -> dict[str, torch.Tensor]:
     return {
         "obs": torch.randn(n, OBS),

@@ -273,7 +273,9 @@ class G1MotionTrackingEnv(TaskEnv):
     # --------------------------------------------------------------- reset
     def _reset_state(self, mask: torch.Tensor) -> None:
         self._sample_starts(mask)
-        steps_left = torch.floor((self.motion_end - self.motion_start) / self.frames_per_step + 1e-6).long()
+        # In float64, as the metadata's rule reads: float32 makes 60 frames at 1.2 a step 49.999996 steps, not 50.
+        frames_left = (self.motion_end - self.motion_start).double()
+        steps_left = torch.floor(frames_left / self.frames_per_step + 1e-6).long()
         limit = steps_left.clamp(1, self._timeout_steps)
         self.episode_limit = torch.where(mask, limit, self.episode_limit)
         self.motion_frame = self._frame_index()

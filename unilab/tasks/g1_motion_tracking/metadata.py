@@ -18,7 +18,8 @@ OBSERVATION_FRAMES = {
     "last_action": "the previous action as applied (clipped to [-1, 1]), actuator order; zeros at episode start",
 }
 FRAME_RULE = ("clip frame = start frame + round(steps since the episode's reset * fps * control_dt), at most the "
-              "clip's last frame; the episode ends at its last frame")
+              "clip's last frame; the episode ends (truncated) after floor((last frame - start frame) / "
+              "(fps * control_dt)) steps, at least one")
 
 
 def deploy_description(*, anchor_body: str, root_body: str, tracked_bodies, end_effectors, action_offset: str,
