@@ -666,6 +666,10 @@ def test_the_manifest_records_the_source_and_the_versions(tmp_path):
     (("--algo", "fastsak"), "algo=fastsak: no such algo; did you mean fastsac"),
     (("task.num_env=8",), "task.num_env: no such key in task; did you mean num_envs"),
     (("training.seeed=3",), "training.seeed: no such key in training; did you mean run.seed?"),
+    (("+task.num_env=8",), "task.num_env: no such key in task; did you mean num_envs"),
+    (("+num_env=8",), "num_env: no such key at the top level of the config; did you mean task.num_envs"),
+    (("+seed=3",), "seed: no such key at the top level of the config; did you mean training.run.seed?"),
+    (("seed=3",), "seed: no such key at the top level of the config; did you mean training.run.seed?"),
     (("Mjlab-Velocity-Flat-Unitree-G1",), "Mjlab-Velocity-Flat-Unitree-G1: not a key=value override. Tasks are chosen "
                                           "with --task NAME (available: g1_motion_tracking, g1_walk_flat)"),
 ])

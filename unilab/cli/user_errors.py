@@ -4,14 +4,13 @@ error the user can fix (the same text for `train`, `unilab warmup` and `unilab m
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from unilab.config import register_configs, register_resolvers
-from unilab.config.nearest import unknown_key
+from unilab.config.nearest import closest, unknown_key
 
 # OmegaConf's message templates and type bookkeeping say nothing a user can act on; Hydra's advice to
 # append an unknown key (`+key=value`) would only add a key the schemas lack, which `train` refuses.
@@ -36,11 +35,6 @@ def compose_train(overrides: list[str]) -> DictConfig:
         return compose(config_name="train", overrides=overrides)
 
 
-def _close(word: str, choices) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.5)
-    return f"did you mean {' or '.join(close)}? " if close else ""
-
-
 def _hint(chain: list[BaseException]) -> str | None:
     """What Hydra reports in its own terms (a group option it cannot find, with the schema nodes among the options
     and its search path; a key a schema lacks; an argument that is no override), said in the user's: the
@@ -52,7 +46,7 @@ def _hint(chain: list[BaseException]) -> str | None:
         group, name = found.groups()
         if group in GROUPS:
             options = choices(group)
-            return f"{group}={name}: no such {group}; {_close(name, options)}choose one of: {', '.join(options)}"
+            return f"{group}={name}: no such {group}; {closest(name, options)}choose one of: {', '.join(options)}"
     if found := _MISSING_KEY.search(text):
         key = found.group(1)
         schema = next((getattr(e, "object_type", None) for e in chain if getattr(e, "object_type", None)), None)

@@ -16,6 +16,7 @@ Every entry point reaches it before anything exists:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import os
@@ -126,10 +127,22 @@ def _check_top_level(cfg: DictConfig) -> None:
     known = {f.name for f in dataclasses.fields(TrainConfig)} | {"hydra"}
     for key in cfg.keys():
         if key not in known:
-            raise ConfigError(f"{key}: no such key at the top level of the config (a typo? the groups are "
-                              f"{', '.join(GROUP_KEYS)}; `train --cfg job` lists the keys)")
+            raise ConfigError(unknown_key(str(key), TrainConfig, _members(cfg)))
     if OmegaConf.to_container(cfg, resolve=False).get(COMPUTED_KEY) != EXECUTION_EVIDENCE_INTERPOLATION:
         raise ConfigError(f"{COMPUTED_KEY} is computed by the execution probe and cannot be set")
+
+
+def _members(cfg: DictConfig) -> dict[str, str]:
+    """group -> the member the config names (task -> g1_walk_flat), where it names one plainly."""
+    from unilab.registry import GROUPS
+
+    found = {}
+    for group, spec in GROUPS.items():
+        with contextlib.suppress(OmegaConfBaseException):
+            name = OmegaConf.select(cfg, f"{group}.{spec.key}", default=None)
+            if isinstance(name, str):
+                found[group] = name
+    return found
 
 
 def _resolved(cfg: DictConfig, key: str) -> dict[str, Any]:
