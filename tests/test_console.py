@@ -325,3 +325,44 @@ def test_a_cpu_run_ends_saying_what_it_was_and_what_comes_next():
     tracking = after_a_cpu_run("my runs/t", "flashsac", "g1_motion_tracking", 40, 16)
     assert "not expected to track its motion" in tracking[0]
     assert "unilab eval 'my runs/t'" in "\n".join(tracking)
+
+
+class _Slow(_Spec):
+    training = SimpleNamespace(loop=SimpleNamespace(startup_timeout_s=600.0))  # not what ends these runs
+
+
+@pytest.mark.parametrize("collector, learner, cause", [
+    # a message lost in the queue's feeder thread (as `AF_UNIX path too long` lost the collector's buffers) once
+    # left the learner waiting for it, and the launcher with it
+    ("unsendable", "waits", "the collector raised an exception"),
+    # a child that dies before it is Ready; its peer ignores every stop request
+    ("dies", "deaf", "collector_died: the collector exited with code 1"),
+])
+def test_a_child_that_fails_at_start_ends_the_run(collector, learner, cause):
+    """Real spawned children (tests/fake_roles.py) under the real supervisor: the run ends, naming the collector,
+    and no child is left."""
+    import multiprocessing as mp
+
+    from fake_roles import role
+
+    ctx = mp.get_context("spawn")
+    to_launcher, to_learner, to_collector, stop_event = ctx.Queue(), ctx.Queue(), ctx.Queue(), ctx.Event()
+    procs = {"learner": ctx.Process(target=role, args=("learner", learner, to_learner, to_collector, to_launcher,
+                                                       stop_event)),
+             "collector": ctx.Process(target=role, args=("collector", collector, to_collector, to_learner,
+                                                         to_launcher, stop_event))}
+    sup = Supervisor([_Slow()], procs, to_launcher, stop_event, ctx.Event(), verify=lambda ready: None)
+    try:
+        for p in procs.values():
+            p.start()
+        supervising = threading.Thread(target=sup.run, daemon=True)
+        supervising.start()
+        supervising.join(timeout=300)  # a hang guard: the run ends within the grace periods
+        assert not supervising.is_alive(), "the supervisor kept waiting"
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.join(timeout=10)
+    assert (sup.status, sup.failed_role, sup.cause) == ("failed", "collector", cause)
+    if collector == "unsendable":
+        assert "sending a Unsendable message" in sup.traceback and "OSError: AF_UNIX path too long" in sup.traceback

@@ -62,3 +62,47 @@ def test_end_child_of_a_group_ends_its_children_too(tmp_path):
     finally:
         if stat_fields(grandchild) is not None:
             os.kill(grandchild, 9)
+
+
+# A socket where multiprocessing puts it (its temporary directory), as passing a CPU tensor through a queue does.
+_BIND = "from multiprocessing.connection import Listener; Listener(family='AF_UNIX').close(); print('bound')"
+
+
+def _long_temp_dir(short_tmp: Path) -> Path:
+    """A temporary directory whose sockets would pass the AF_UNIX limit (TMPDIR on a cluster's scratch disk)."""
+    from unilab.processes import SOCKET_PATH_MAX, SOCKET_TAIL
+
+    long_dir = short_tmp / ("d" * (SOCKET_PATH_MAX - SOCKET_TAIL - len(str(short_tmp))))
+    long_dir.mkdir()
+    assert len(str(long_dir)) + SOCKET_TAIL > SOCKET_PATH_MAX
+    return long_dir
+
+
+def test_a_child_binds_its_sockets_however_long_tmpdir_is(short_tmp):
+    """With TMPDIR too long for a socket, multiprocessing's sockets go under a short directory (the children call
+    use_short_socket_dir as they start), removed again by remove_short_socket_dir; other temporary files stay in
+    TMPDIR."""
+    long_dir = _long_temp_dir(short_tmp)
+    env = dict(os.environ, TMPDIR=str(long_dir))
+    plain = subprocess.run([sys.executable, "-c", _BIND], capture_output=True, text=True, env=env, timeout=60)
+    assert plain.returncode != 0 and "AF_UNIX path too long" in plain.stderr  # what the collector once met
+    code = ("import multiprocessing.util, os, tempfile\n"
+            "from unilab.processes import remove_short_socket_dir, use_short_socket_dir\n"
+            "use_short_socket_dir()\n"
+            f"{_BIND}\n"
+            "print(multiprocessing.util.get_temp_dir()); print(tempfile.gettempdir())\n"
+            "remove_short_socket_dir(); print(os.path.exists(multiprocessing.util.get_temp_dir()))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    bound, sockets, temp, left = done.stdout.split()
+    assert bound == "bound" and not sockets.startswith(str(long_dir)) and temp == str(long_dir) and left == "False"
+
+
+def test_the_socket_directory_is_tmpdir_when_it_fits(short_tmp, monkeypatch):
+    import unilab.processes as processes
+
+    long_dir = _long_temp_dir(short_tmp)
+    assert processes.socket_temp_dir(str(short_tmp)) == str(short_tmp)
+    assert processes.socket_temp_dir(str(long_dir)) == "/tmp"
+    monkeypatch.setattr(processes, "SHORT_TEMP_DIRS", ())
+    assert processes.socket_temp_dir(str(long_dir)) is None

@@ -215,6 +215,22 @@ def test_collector_exception_stops_the_learner(tmp_path):
     assert "Traceback" not in done.stderr  # the traceback is in run_summary.json, not on the console
 
 
+def test_a_run_trains_with_a_tmpdir_too_long_for_unix_sockets(tmp_path, short_tmp):
+    """The collector passes its CPU buffers to the learner over a Unix socket in the temporary directory; with a
+    TMPDIR too long for one (`AF_UNIX path too long`) the run once waited until its timeout. The sockets now go
+    under a short directory, and nothing is left in TMPDIR."""
+    from unilab.processes import SOCKET_PATH_MAX
+
+    long_tmp = short_tmp / ("t" * (SOCKET_PATH_MAX - len(str(short_tmp))))
+    long_tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(long_tmp))
+    cmd = [sys.executable, "-m", "unilab.cli.train", *SMOKE, f"training.run.log_dir={tmp_path}", "algo.max_iterations=2"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)  # a hang guard
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert summary(only_run(tmp_path))["status"] == "completed"
+    assert list(long_tmp.iterdir()) == []
+
+
 def test_learner_exception_ends_the_collector(tmp_path):
     """The learner raises (its NaN guard trips on a critic whose weights are NaN, resumed from a checkpoint that
     holds them): the run fails naming the learner, and the collector ends too."""

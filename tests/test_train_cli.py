@@ -305,6 +305,25 @@ def test_a_run_directory_path_too_long_for_the_system_creates_nothing(tmp_path, 
     assert list(tmp_path.iterdir()) == [] and spies[0].calls == []
 
 
+def test_a_tmpdir_too_long_for_the_sockets_is_refused_when_no_short_one_is_there(tmp_path, spies, capsys, monkeypatch):
+    """The learner and the collector pass CPU tensors over Unix sockets in the temporary directory: a TMPDIR too long
+    for them, with no short directory to take them instead (unilab.processes.socket_temp_dir), is refused before
+    anything exists. (With /tmp there, the children put them there: tests/test_processes.py.)"""
+    import tempfile
+
+    import unilab.processes as processes
+
+    long_dir = tmp_path / ("t" * processes.SOCKET_PATH_MAX)
+    long_dir.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(long_dir))
+    monkeypatch.setattr(processes, "SHORT_TEMP_DIRS", ())
+    log_dir = tmp_path / "runs"
+    assert run_train("training.run.device=cpu", f"training.run.log_dir={log_dir}") == 2
+    err = capsys.readouterr().err
+    assert f"TMPDIR={long_dir}: too long for the Unix sockets" in err and "set TMPDIR to a shorter directory" in err
+    assert "Traceback" not in err and not log_dir.exists() and spies[0].calls == []
+
+
 @pytest.mark.parametrize("content, needle", [
     (None, "file not found"),
     (b"not a zip archive", "not an npz archive"),

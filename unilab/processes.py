@@ -1,12 +1,22 @@
 """Child processes: ending one that did not end by itself (SIGTERM, then SIGKILL after a grace period), ending
-with the parent, and finding every process below one (from /proc)."""
+with the parent, finding every process below one (from /proc), and a temporary directory short enough for the
+Unix sockets through which they pass file descriptors."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
+
+# The longest path an AF_UNIX socket binds to, in bytes: sun_path less its NUL (108 on Linux, 104 elsewhere).
+SOCKET_PATH_MAX = 107 if sys.platform.startswith("linux") else 103
+# What multiprocessing adds below the temporary directory for a socket: /pymp-XXXXXXXX/listener-XXXXXXXX. Sharing
+# a CPU tensor through a queue passes its file descriptor over such a socket.
+SOCKET_TAIL = len("/pymp-XXXXXXXX/listener-XXXXXXXX")
+SHORT_TEMP_DIRS = ("/tmp", "/var/tmp")  # where the sockets go when the temporary directory is too long for them
 
 
 def end_child(proc: subprocess.Popen, grace_s: float = 5.0, first: int = signal.SIGTERM, group: bool = False) -> None:
@@ -72,3 +82,47 @@ def descendants(root: int) -> list[int]:
         out.append(pid)
         todo.extend(sorted(children.get(pid, [])))
     return out
+
+
+def socket_temp_dir(temp_dir: str | None = None) -> str | None:
+    """The directory for multiprocessing's sockets: the temporary directory (`temp_dir`, default TMPDIR's) when its
+    sockets fit SOCKET_PATH_MAX, else the first writable one of SHORT_TEMP_DIRS; None when none fits."""
+    for candidate in (temp_dir or tempfile.gettempdir(), *SHORT_TEMP_DIRS):
+        if (len(os.fsencode(os.path.abspath(candidate))) + SOCKET_TAIL <= SOCKET_PATH_MAX
+                and os.path.isdir(candidate) and os.access(candidate, os.W_OK | os.X_OK)):
+            return candidate
+    return None
+
+
+_short_socket_dir: str | None = None  # what use_short_socket_dir made
+
+
+def use_short_socket_dir() -> None:
+    """Make this process's multiprocessing sockets fit (TMPDIR may be too long for them: `AF_UNIX path too long`
+    as the first CPU tensor is queued): when the temporary directory is too long, multiprocessing's own
+    directory is made under a short one now (remove_short_socket_dir removes it). Other temporary files stay where
+    TMPDIR says."""
+    global _short_socket_dir
+    import multiprocessing.util
+
+    temp_dir = tempfile.gettempdir()
+    short = socket_temp_dir(temp_dir)
+    if short is None or short == temp_dir:
+        return
+    saved = tempfile.tempdir
+    tempfile.tempdir = short
+    try:
+        made = multiprocessing.util.get_temp_dir()  # kept for this process: its sockets go there
+    finally:
+        tempfile.tempdir = saved
+    if os.path.dirname(made) == short:  # not one this process was handed (its parent's, which is not ours to remove)
+        _short_socket_dir = made
+
+
+def remove_short_socket_dir() -> None:
+    """Remove what use_short_socket_dir made, for a process that ends with os._exit (multiprocessing's own
+    clean-up runs at a normal exit only)."""
+    import shutil
+
+    if _short_socket_dir is not None:
+        shutil.rmtree(_short_socket_dir, ignore_errors=True)

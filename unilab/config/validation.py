@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import importlib.util
 import os
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -206,9 +207,17 @@ def _checked(check, *args) -> None:
 def check_host(training: TrainingConfig) -> None:
     """What the training settings need of this host, checked before anything exists (the schema checks values
     alone, so that a recorded run_config.json reads back on any host): OpenGL for training clips, the wandb
-    package for its logger."""
+    package for its logger, a temporary directory short enough for the sockets the roles pass tensors through."""
     from unilab.checks import require
+    from unilab.processes import SHORT_TEMP_DIRS, SOCKET_PATH_MAX, SOCKET_TAIL, socket_temp_dir
     from unilab.viz.gl import require_gl_for
+
+    if socket_temp_dir() is None:
+        temp_dir = tempfile.gettempdir()
+        raise ConfigError(f"TMPDIR={temp_dir}: too long for the Unix sockets through which the learner and the "
+                          f"collector pass tensors ({len(os.fsencode(temp_dir)) + SOCKET_TAIL} bytes with "
+                          f"multiprocessing's names, at most {SOCKET_PATH_MAX}), and none of "
+                          f"{', '.join(SHORT_TEMP_DIRS)} is writable to take them; set TMPDIR to a shorter directory")
 
     # clips need OpenGL; training does not
     _checked(require_gl_for, "training.outputs.video_interval", training.outputs.video_interval)

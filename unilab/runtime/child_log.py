@@ -18,6 +18,8 @@ import signal
 import sys
 from pathlib import Path
 
+from unilab.processes import remove_short_socket_dir
+
 LOG_DIR = "logs"
 CONSOLE_PREFIX = "unilab:"
 
@@ -129,6 +131,7 @@ def leave(to_launcher, code: int) -> None:
     launcher's DEAD_CHILD_GRACE_S."""
     to_launcher.close()
     to_launcher.join_thread()
+    remove_short_socket_dir()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -29,7 +29,7 @@ TICK_STAMPS = ("write_start", "step_start", "step_end", "write_end")
 def collector_main(spec: RoleSpec, inbox, to_learner, to_launcher, stop_event) -> None:
     name = spec.name("collector")
     log_stderr(spec.run_dir, name)
-    become_child("collector")
+    become_child(name, to_launcher)
     code = 0
     mailbox = Mailbox(name, inbox, stop_event, COLLECTOR_INBOX)
     collector = None

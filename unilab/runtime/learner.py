@@ -38,7 +38,7 @@ def learner_main(spec: RoleSpec, inbox, to_collector, to_launcher, stop_event, g
     go, run, report; then stop the collector."""
     name = spec.name("learner")
     log_stderr(spec.run_dir, name)
-    become_child("learner")
+    become_child(name, to_launcher)
     loop = watch = None
     code = 0
     mailbox = Mailbox(name, inbox, stop_event, LEARNER_INBOX)

@@ -12,15 +12,17 @@ from __future__ import annotations
 import os
 import queue
 import signal
+import sys
 import threading
 import time
+import traceback
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from unilab.processes import exit_with_parent
+from unilab.processes import exit_with_parent, use_short_socket_dir
 
-from .protocol import ProtocolError, Stop
+from .protocol import Failed, ProtocolError, Stop
 
 M = TypeVar("M")
 
@@ -188,20 +190,42 @@ def wait_event(event, *, role: str, phase: str, timeout_s: float, stop_event=Non
             raise StallError(role, phase, timeout_s)
 
 
-def become_child(role: str, *, stop_on_sigterm: bool = True) -> None:
+def become_child(name: str, to_launcher=None, *, stop_on_sigterm: bool = True) -> None:
     """Process-level setup of a child of the launcher (learner, collector, play): exit with the launcher,
     leave Ctrl-C and a closed terminal's SIGHUP (both reach the whole process group) to it. SIGTERM asks a learner or collector to stop (it saves); with
-    `stop_on_sigterm=False` (play: nothing to save) it ends the process at once."""
+    `stop_on_sigterm=False` (play: nothing to save) it ends the process at once. A message that cannot be sent
+    fails the run (`to_launcher` gets the child's Failed), and multiprocessing's sockets fit however long TMPDIR is."""
     global _parent_pid
     import multiprocessing
 
+    if to_launcher is not None:
+        fail_on_unsent(name, to_launcher)
+    use_short_socket_dir()
     launcher = multiprocessing.parent_process()
     _parent_pid = launcher.pid if launcher is not None else os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher handles SIGINT and tells us to stop
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # likewise; by default SIGHUP would kill us unsaved
     signal.signal(signal.SIGTERM, _on_sigterm if stop_on_sigterm else signal.SIG_DFL)
     exit_with_parent(_parent_pid)  # not on Linux, the waits and the watchdog still notice a vanished launcher
-    threading.Thread(target=_watch_parent, args=(_parent_pid,), name=f"{role}-parent-watch", daemon=True).start()
+    threading.Thread(target=_watch_parent, args=(_parent_pid,), name=f"{name}-parent-watch", daemon=True).start()
+
+
+def fail_on_unsent(name: str, to_launcher) -> None:
+    """A message this process queues but cannot send (its pickling fails in the queue's feeder thread, e.g.
+    `AF_UNIX path too long` passing a CPU tensor's file descriptor) fails the run: multiprocessing would print the
+    error and drop the message, and its receiver would wait for it until its timeout."""
+    import multiprocessing.queues
+
+    reported = []
+
+    def unsent(exc: Exception, obj) -> None:
+        text = "".join(traceback.format_exception(exc))
+        print(f"{name}: could not send a {type(obj).__name__} message\n{text}", file=sys.stderr, flush=True)  # its log
+        if not reported:  # once: the first fault is the run's cause, and a Failed that cannot be sent is not resent
+            reported.append(obj)
+            to_launcher.put(Failed(name, f"sending a {type(obj).__name__} message:\n{text}"))
+
+    multiprocessing.queues.Queue._on_queue_feeder_error = staticmethod(unsent)  # the hook queues call on that error
 
 
 def _watch_parent(parent_pid: int) -> None:

@@ -169,7 +169,7 @@ def play_main(run_dir: str, config: RunConfig, device: str, out) -> None:
     from .messages import become_child
     from .protocol import Failed, Played
 
-    become_child("play", stop_on_sigterm=False)
+    become_child("play", out, stop_on_sigterm=False)
     try:
         out.put(Played(play(run_dir, config, device, num_envs=config.training.outputs.play_envs,
                             steps=config.training.outputs.play_steps)))
