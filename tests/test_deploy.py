@@ -283,6 +283,8 @@ def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
     refused(_onnx_with(tmp_path, tracker), says="--clip clip.npz")
     refused(_onnx_with(tmp_path, tracker), "--clip", tmp_path / "none.npz", says="none.npz")
     refused(WALK, "--video", tmp_path / "no" / "dir" / "out.mp4", says="is not a directory")
+    refused(WALK, "--video", tmp_path / "out.gif", "--size", "161x120", says="--size 161x120: even sides")
+    refused(WALK, "--video", tmp_path / "out.gif", "--fps", "0.5", says="--fps 0.5: between 1 and 100")
     assert sorted(p.suffix for p in tmp_path.iterdir()) == [".onnx"] * 5
 
 
@@ -311,3 +313,20 @@ def test_sim2sim_runs_without_torch_or_warp_and_prints_evals_table(tmp_path):
     assert rc == 0 and heavy == []
     assert "lin err m/s  yaw err rad/s  falls  torque/limit" in done.stdout
     assert "(+0.50, +0.00, +0.00)" in done.stdout and "overall" in done.stdout
+
+
+@pytest.mark.integration
+def test_sim2sim_writes_a_small_gif_in_real_time(tmp_path):
+    """--size and --fps shape the video; a .gif is written as such (the README's tracking GIF is made this way)."""
+    iio = pytest.importorskip("imageio.v3", reason="needs the video extra: pip install 'unilab[video]'")
+    from unilab.viz.gl import render_problem
+
+    if render_problem():
+        pytest.skip(render_problem())
+    out = tmp_path / "walk.gif"
+    done = subprocess.run([sys.executable, "-m", "unilab.cli.tools", "sim2sim", str(WALK), "--command", "0.5,0,0",
+                           "--hold-s", "1", "--window-s", "0.5", "--video", str(out), "--size", "160x120", "--fps",
+                           "10"], capture_output=True, text=True, check=False, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    frames = iio.imread(out)
+    assert frames.shape[1:3] == (120, 160) and len(frames) == 10  # 1 s of 50 Hz control, every 5th step

@@ -40,9 +40,14 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.push_vel < 0 or args.push_interval <= 0:
         raise DeployError("need --push-vel >= 0 (m/s) and --push-interval > 0 (s)")
     if args.video:
+        from .video import check_fps, parse_size
+
         folder = os.path.dirname(os.path.abspath(args.video))
         if not os.path.isdir(folder):
             raise DeployError(f"--video {args.video}: {folder} is not a directory")
+        parse_size(args.size)
+        if args.fps is not None:
+            check_fps(args.fps)
 
 
 def run(args: argparse.Namespace, say=print) -> dict:
@@ -75,9 +80,11 @@ def run(args: argparse.Namespace, say=print) -> dict:
             say(line)
     writer = None
     if args.video:
-        from .video import VideoWriter
+        from .video import VideoWriter, parse_size, steps_per_frame
 
-        writer = VideoWriter(model, args.video, fps=1.0 / meta["control_dt"])
+        width, height = parse_size(args.size)
+        every = 1 if args.fps is None else steps_per_frame(meta["control_dt"], args.fps)
+        writer = VideoWriter(model, args.video, fps=1.0 / meta["control_dt"], width=width, height=height, every=every)
     try:
         report = _rollout(args, policy, model, command, writer)
     finally:
@@ -140,8 +147,11 @@ def add_parser(sub) -> None:
                                                                                "(default 3)")
     p.add_argument("--seed", type=int, default=0, help="seed of the push directions (default 0)")
     p.add_argument("--clip", help="motion tracking: the clip (.npz) to play from its first frame")
-    p.add_argument("--video", metavar="FILE", help="write the rollout to FILE (.mp4); needs imageio (pip install "
-                                                   "'unilab[video]')")
+    p.add_argument("--video", metavar="FILE", help="write the rollout to FILE (.mp4 or .gif); needs imageio (pip "
+                                                   "install 'unilab[video]')")
+    p.add_argument("--size", default="640x480", metavar="WxH", help="video frame size (default 640x480)")
+    p.add_argument("--fps", type=float, metavar="FPS",
+                   help="video frames per second, played in real time (default: every policy step)")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     p.set_defaults(func=main)
 

@@ -14,6 +14,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from .policy import DeployError
+from .video import check_fps, parse_size, steps_per_frame
 
 POLICY_NAME = "g1_walk_flat_fastsac"
 
@@ -127,16 +128,6 @@ def add_parser(sub) -> None:
     p.set_defaults(func=main)
 
 
-def _size(text: str) -> tuple[int, int]:
-    try:
-        w, h = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise DeployError(f"--size {text}: give WIDTHxHEIGHT, e.g. 640x480") from None
-    if not (16 <= w <= 3840 and 16 <= h <= 2160) or w % 2 or h % 2:
-        raise DeployError(f"--size {text}: even sides between 16x16 and 3840x2160")
-    return w, h
-
-
 def main(args) -> int:
     import sys
 
@@ -148,10 +139,9 @@ def main(args) -> int:
         return EXIT_USAGE
 
     try:
-        size = _size(args.size)
+        size = parse_size(args.size)
         tour = scaled_tour(args.seconds)
-        if not 1.0 <= args.fps <= 100.0:
-            raise DeployError(f"--fps {args.fps:g}: between 1 and 100")
+        check_fps(args.fps)
         if args.video:
             from .video import prepare
 
@@ -180,7 +170,7 @@ def _show(args, size: tuple[int, int], viewer: bool, tour: tuple[Leg, ...]) -> i
     if args.video:
         from .video import VideoWriter
 
-        every = max(1, round(1.0 / (policy.meta["control_dt"] * args.fps)))
+        every = steps_per_frame(policy.meta["control_dt"], args.fps)
         writer = VideoWriter(model, args.video, fps=1.0 / policy.meta["control_dt"], width=size[0], height=size[1],
                              every=every, collision=args.collision)
         on_frame.append(writer.frame)

@@ -14,6 +14,27 @@ class VideoUnavailable(DeployError):
     """No imageio, or no offscreen OpenGL here."""
 
 
+def parse_size(text: str) -> tuple[int, int]:
+    """`--size WxH` -> (width, height); DeployError for anything a video encoder would refuse."""
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise DeployError(f"--size {text}: give WIDTHxHEIGHT, e.g. 640x480") from None
+    if not (16 <= w <= 3840 and 16 <= h <= 2160) or w % 2 or h % 2:
+        raise DeployError(f"--size {text}: even sides between 16x16 and 3840x2160")
+    return w, h
+
+
+def check_fps(fps: float) -> None:
+    if not 1.0 <= fps <= 100.0:
+        raise DeployError(f"--fps {fps:g}: between 1 and 100")
+
+
+def steps_per_frame(control_dt: float, fps: float) -> int:
+    """Policy steps between drawn frames, so that a video at `fps` plays in real time."""
+    return max(1, round(1.0 / (control_dt * fps)))
+
+
 def prepare() -> None:
     """Check imageio and OpenGL and choose the backend; call before anything imports mujoco (it reads MUJOCO_GL
     once, at its first import: unilab.sim.headless then reuses this import)."""
