@@ -45,3 +45,14 @@ def test_overall_reports_combined_commands_and_the_worst_fall_share():
     assert o["combined_lin_error"] == pytest.approx(0.3) and o["combined_fall_fraction"] == pytest.approx(0.125)
     assert o["max_fall_fraction"] == 0.5 and o["lin_error"] == pytest.approx(0.7 / 3)
     assert any(walk.is_combined(c) for c in walk.COMMAND_GRID) and (0.0, 0.25, 0.0) in walk.COMMAND_GRID
+
+
+def test_the_preset_is_the_measured_recipe():
+    """The settings the robust recipe's published numbers were measured with (walk page, history)."""
+    from train_compose import composed
+
+    base = composed(["algo=fastsac", "task=g1_walk_flat"])
+    cfg = composed(["algo=fastsac", "task=g1_walk_flat", "+preset=walk_robust"])
+    assert base["task.rewards.tracking_std"] == 0.5 and cfg["task.rewards.tracking_std"] == 0.35
+    assert (cfg["task.randomization.push_max_vel_xy"], cfg["task.commands.single_axis_fraction"]) == (1.0, 0.2)
+    assert cfg["task.rewards.weights.torso_orientation"] == -5.0 and cfg["task.randomization.kp_scale"] == [0.85, 1.15]
