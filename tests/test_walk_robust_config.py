@@ -45,3 +45,17 @@ def test_overall_reports_combined_commands_and_the_worst_fall_share():
     assert o["combined_lin_error"] == pytest.approx(0.3) and o["combined_fall_fraction"] == pytest.approx(0.125)
     assert o["max_fall_fraction"] == 0.5 and o["lin_error"] == pytest.approx(0.7 / 3)
     assert any(walk.is_combined(c) for c in walk.COMMAND_GRID) and (0.0, 0.25, 0.0) in walk.COMMAND_GRID
+
+
+def test_the_table_has_no_combined_line_without_a_combined_command():
+    """One `--command 0.5,0,0` whose envs all fell: no 'combined ... 0.0%' line made of nothing."""
+    from unilab.tasks.g1_walk_flat.evaluation import format_suite
+
+    rows = [{"command": [0.5, 0.0, 0.0], "achieved": None, "lin_error": None, "yaw_error": None, "fall_fraction": 1.0,
+             "torque_share": None}]
+    lines = format_suite("nominal", {"per_command": rows, "overall": walk.overall(rows)})
+    assert not any("combined" in line for line in lines)
+    assert "100.0%" in lines[-1] and "worst command falls" in lines[-1]
+    rows[0]["command"] = [0.5, 0.3, 0.5]
+    lines = format_suite("nominal", {"per_command": rows, "overall": walk.overall(rows)})
+    assert any("combined" in line and "100.0%" in line for line in lines)
