@@ -101,3 +101,24 @@ def test_the_demo_writes_a_video_of_the_tour(tmp_path):
     frames = iio.imread(out)
     assert frames.shape[1:3] == (120, 160) and len(frames) == 19
     assert "0 falls" in done.stdout and "walk forward" in done.stdout
+
+
+def test_a_video_drawn_on_the_cpu_has_no_shadows(tmp_path):
+    """The demo's and sim2sim's frames, like play's, leave shadows out where OpenGL draws on the CPU (they would more
+    than double a frame's time there); a GPU keeps them."""
+    pytest.importorskip("imageio.v3", reason="needs the video extra: pip install 'unilab[video]'")
+    from unilab.viz.gl import render_problem
+
+    if render_problem():
+        pytest.skip(render_problem())
+    code = ("from unilab.viz.gl import use_headless_gl\nuse_headless_gl()\nimport mujoco\n"
+            "from unilab.deploy import demo, model as models\nfrom unilab.deploy.policy import OnnxPolicy\n"
+            "from unilab.deploy.video import VideoWriter\nfrom unilab.viz.render import software_gl\n"
+            "policy = OnnxPolicy(demo.shipped_policy(), tasks=('g1_walk_flat',))\n"
+            "model, _ = models.build_model(policy.meta, 'ours')\n"
+            f"w = VideoWriter(model, {str(tmp_path / 'v.mp4')!r}, fps=50, width=64, height=48, collision=True)\n"
+            "print(int(software_gl()), int(w.renderer.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW]))\nw.close(False)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    cpu, shadows = map(int, done.stdout.split()[-2:])
+    assert shadows == (0 if cpu else 1)

@@ -288,6 +288,25 @@ def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
     assert sorted(p.suffix for p in tmp_path.iterdir()) == [".onnx"] * 5
 
 
+def test_a_short_hold_measures_its_last_60_percent_unless_a_window_is_given():
+    """`--hold-s 4` alone runs (the window would otherwise stay 6 s, longer than the hold, and be refused)."""
+    import argparse
+
+    from unilab.deploy.cli import _check_args, add_parser
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+
+    def window(*flags):
+        args = parser.parse_args(["sim2sim", str(WALK), *flags])
+        _check_args(args)
+        return args.window_s
+
+    assert window() == 6.0 and window("--hold-s", "20") == 6.0
+    assert window("--hold-s", "4") == pytest.approx(2.4)
+    assert window("--hold-s", "4", "--window-s", "1") == 1.0
+
+
 def test_a_run_directory_runs_its_newest_export(tmp_path):
     import shutil
 

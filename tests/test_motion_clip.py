@@ -242,8 +242,11 @@ def test_joint_names_in_the_g1_order_are_accepted(clip, tmp_path):
 
 
 # ------------------------------------------------------- default clip and CLI
-def test_default_clip_cached_under_xdg(tmp_path, monkeypatch):
+def test_default_clip_cached_under_unilab_cache_dir_else_xdg(tmp_path, monkeypatch):
+    monkeypatch.setenv("UNILAB_CACHE_DIR", str(tmp_path / "shared"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert default_clip.cache_dir() == tmp_path / "shared" / "motion"  # with the kernels and the wheels
+    monkeypatch.delenv("UNILAB_CACHE_DIR")
     path = default_clip.default_clip_path()
     assert path.parent == tmp_path / "unilab" / "motion" and path.name.startswith("g1_default_")
     mtime = path.stat().st_mtime_ns

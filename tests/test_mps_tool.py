@@ -175,7 +175,7 @@ def test_start_reports_a_failing_control_binary(tool, capsys):
 
 def test_start_without_the_control_binary(tool, capsys):
     tool.env["PATH"] = str(tool.root / "empty")
-    assert run("start") == 1
+    assert run("start") == 2  # refused: a prerequisite the host does not meet
     assert "'nvidia-cuda-mps-control' is not on PATH" in capsys.readouterr().err
 
 
@@ -271,7 +271,7 @@ def test_start_all_gpus_serves_every_visible_gpu_in_cuda_order(tool, capsys):
 
 def test_start_all_gpus_refuses_exclusive_and_a_gpu(tool, capsys):
     tool.root_user = True
-    assert run("start", "--all-gpus", "--exclusive") == 1
+    assert run("start", "--all-gpus", "--exclusive") == 2
     assert "--exclusive with --all-gpus" in capsys.readouterr().err
     assert tool.smi_calls() == [] and started_pids(tool.root) == []
     with pytest.raises(SystemExit) as info:
@@ -280,7 +280,7 @@ def test_start_all_gpus_refuses_exclusive_and_a_gpu(tool, capsys):
 
 
 def test_exclusive_needs_root(tool, capsys):
-    assert run("start", "--exclusive") == 1
+    assert run("start", "--exclusive") == 2
     assert "needs root" in capsys.readouterr().err
     assert tool.smi_calls() == [] and started_pids(tool.root) == []
     assert not tool.mps_root.exists()
@@ -379,13 +379,14 @@ def test_resolve_gpu_by_index_uuid_and_visible_devices():
     assert resolve_gpu(host, "1") == GPU_B
     assert resolve_gpu(host, GPU_B.uuid[:12]) == GPU_B
     assert resolve_gpu(HostFacts(env={"CUDA_VISIBLE_DEVICES": "1"}, nvml=FakeNvml()), None) == GPU_B
-    with pytest.raises(MpsToolError, match="names no single GPU"):
-        resolve_gpu(host, "7")
-    with pytest.raises(MpsToolError, match="NVML cannot be read"):
-        resolve_gpu(HostFacts(env={}, nvml=FakeNvml(available=False)), None)
     mig = GpuInfo(0, "GPU-cccc", "Fake", True, "DEFAULT")
-    with pytest.raises(MpsToolError, match="MIG"):
-        resolve_gpu(HostFacts(env={}, nvml=FakeNvml(devices=[mig])), None)
+    refusals = [("names no single GPU", host, "7"),
+                ("NVML cannot be read", HostFacts(env={}, nvml=FakeNvml(available=False)), None),
+                ("MIG", HostFacts(env={}, nvml=FakeNvml(devices=[mig])), None)]
+    for match, on, spec in refusals:
+        with pytest.raises(MpsToolError, match=match) as info:
+            resolve_gpu(on, spec)
+        assert info.value.code == 2  # refused: bad input or a host without a usable GPU
 
 
 def test_default_root_and_private_dirs(short_tmp):

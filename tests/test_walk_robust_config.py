@@ -56,3 +56,17 @@ def test_the_preset_is_the_measured_recipe():
     assert base["task.rewards.tracking_std"] == 0.5 and cfg["task.rewards.tracking_std"] == 0.35
     assert (cfg["task.randomization.push_max_vel_xy"], cfg["task.commands.single_axis_fraction"]) == (1.0, 0.2)
     assert cfg["task.rewards.weights.torso_orientation"] == -5.0 and cfg["task.randomization.kp_scale"] == [0.85, 1.15]
+
+
+def test_the_table_has_no_combined_line_without_a_combined_command():
+    """One `--command 0.5,0,0` whose envs all fell: no 'combined ... 0.0%' line made of nothing."""
+    from unilab.tasks.g1_walk_flat.evaluation import format_suite
+
+    rows = [{"command": [0.5, 0.0, 0.0], "achieved": None, "lin_error": None, "yaw_error": None, "fall_fraction": 1.0,
+             "torque_share": None}]
+    lines = format_suite("nominal", {"per_command": rows, "overall": walk.overall(rows)})
+    assert not any("combined" in line for line in lines)
+    assert "100.0%" in lines[-1] and "worst command falls" in lines[-1]
+    rows[0]["command"] = [0.5, 0.3, 0.5]
+    lines = format_suite("nominal", {"per_command": rows, "overall": walk.overall(rows)})
+    assert any("combined" in line and "100.0%" in line for line in lines)

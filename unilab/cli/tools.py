@@ -124,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--checkpoint", help="checkpoint file (default: the run's latest)")
     play.add_argument("--device", help="default: the run's training.run.device")
     play.add_argument("--envs", type=int, help="default: the run's task.num_envs")
-    play.add_argument("--steps", type=int, help="control steps (default: one full episode)")
+    play.add_argument("--steps", type=int, help="control steps (default: until every env's first episode has ended, "
+                      "at most one full episode)")
     play.add_argument("--out", help="report file (default: a new play_<time>.json in the run directory; the "
                       "run's play.json belongs to the end-of-run play)")
     play.add_argument("--agent", choices=("policy", "zero", "random"), default="policy",

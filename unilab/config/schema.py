@@ -168,7 +168,7 @@ class OutputSettings:
     video_interval: Optional[int] = None
     no_play: bool = True  # false: after a completed run, play the policy deterministically (play.json)
     play_envs: Optional[int] = None  # envs of that play (null: task.num_envs)
-    play_steps: Optional[int] = None  # control steps of that play (null: one full episode)
+    play_steps: Optional[int] = None  # control steps of that play (null: until every env's first episode ends)
     export_onnx: bool = False
 
     def __post_init__(self) -> None:

@@ -16,6 +16,9 @@ import sys
 from unilab.exit_codes import EXIT_USAGE
 
 TASKS = ("g1_walk_flat", "g1_motion_tracking")
+# The walk's measured window: eval's 6 s of a 10 s hold; a shorter --hold-s keeps its last 60 %.
+WINDOW_S = 6.0
+WINDOW_SHARE = 0.6
 
 
 def parse_command(text: str) -> tuple[float, float, float]:
@@ -35,6 +38,8 @@ def parse_command(text: str) -> tuple[float, float, float]:
 def _check_args(args: argparse.Namespace) -> None:
     from .policy import DeployError
 
+    if args.window_s is None:
+        args.window_s = min(WINDOW_S, WINDOW_SHARE * args.hold_s)
     if not 0 < args.window_s <= args.hold_s or args.envs_per_command < 1:
         raise DeployError("need 0 < --window-s <= --hold-s and --envs-per-command >= 1")
     if args.push_vel < 0 or args.push_interval <= 0:
@@ -138,7 +143,8 @@ def add_parser(sub) -> None:
                         "actuators and armature by joint name (fetched once into the cache)")
     p.add_argument("--command", metavar="VX,VY,WZ", help="walk: hold this one command instead of eval's grid")
     p.add_argument("--hold-s", type=float, default=10.0, help="walk: seconds each command is held (default 10)")
-    p.add_argument("--window-s", type=float, default=6.0, help="walk: the last seconds measured (default 6)")
+    p.add_argument("--window-s", type=float, help="walk: the last seconds measured (default 6, or 60 %% of a "
+                   "shorter hold: 2.4 of --hold-s 4)")
     p.add_argument("--envs-per-command", type=int, default=1,
                    help="walk: rollouts per command (default 1; they differ only in their pushes)")
     p.add_argument("--push-vel", type=float, default=0.0, metavar="M_S",

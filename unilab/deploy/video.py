@@ -61,6 +61,7 @@ class VideoWriter:
         from unilab.assets import look
         from unilab.sim.headless import mujoco
         from unilab.viz.gl import HeadlessGLUnavailable, with_gl_hint
+        from unilab.viz.render import no_shadows_on_cpu
         from unilab.viz.video import VideoExtraMissing, VideoWriter as FileWriter
 
         self.model = look.render_model(model, collision=collision, say=say)
@@ -70,6 +71,7 @@ class VideoWriter:
             self.renderer = with_gl_hint(lambda: mujoco.Renderer(self.model, height=height, width=width))
         except HeadlessGLUnavailable as exc:
             raise VideoUnavailable(f"--video: {exc}") from None
+        no_shadows_on_cpu(self.renderer)  # as unilab play's frames
         self.camera = mujoco.MjvCamera()
         self.camera.type = mujoco.mjtCamera.mjCAMERA_TRACKING
         self.camera.trackbodyid = 1  # the pelvis, the first body after the world

@@ -30,8 +30,8 @@ class EvalInputError(ValueError):
     """Bad input to `unilab eval`: exit 2, nothing written."""
 
 
-# Sizes a CPU evaluates at when no size is given: two cores step the walk grid's 13 x 4 envs for 6 s in about a
-# minute per suite (docs/en/walk-reference.md); a GPU takes the settings' defaults. A request this many times the CPU size's
+# Sizes a CPU evaluates at when no size is given: the walk grid's commands x 4 envs for 6 s, a suite's time on two
+# cores in docs/en/walk-reference.md; a GPU takes the settings' defaults. A request this many times the CPU size's
 # env steps is a GPU size, and is warned of on a CPU.
 CPU_WALK = {"envs_per_command": 4, "hold_s": 6.0, "window_s": 3.0}
 CPU_TRACKING = {"envs_per_clip": 2}

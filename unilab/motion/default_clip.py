@@ -14,7 +14,10 @@ DEFAULT_SYNTH_PARAMS = {"preset": "default", "duration": 10.0, "fps": 50.0, "see
 
 
 def cache_dir() -> Path:
-    """$XDG_CACHE_HOME/unilab/motion, or ~/.cache/unilab/motion."""
+    """$UNILAB_CACHE_DIR/motion (the root of unilab's other caches: kernels, wheels), else
+    $XDG_CACHE_HOME/unilab/motion, else ~/.cache/unilab/motion."""
+    if os.environ.get("UNILAB_CACHE_DIR"):
+        return Path(os.environ["UNILAB_CACHE_DIR"]) / "motion"
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(root) / "unilab" / "motion"
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from unilab.exit_codes import EXIT_USAGE
 from unilab.processes import end_child
 
 from .control import (
@@ -48,13 +49,14 @@ _QUIT_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 def start(host: HostFacts, opts: StartOptions) -> int:
     binary = host.find(CONTROL_BINARY)
     if binary is None:
-        raise MpsToolError(f"unilab mps: '{CONTROL_BINARY}' is not on PATH (it ships with the NVIDIA driver utilities)")
+        raise MpsToolError(f"unilab mps: '{CONTROL_BINARY}' is not on PATH (it ships with the NVIDIA driver utilities)",
+                           code=EXIT_USAGE)
     if opts.exclusive:
         _check_can_set_compute_mode(host)
     gpus = resolve_visible_gpus(host) if opts.all_gpus else [resolve_gpu(host, opts.gpu)]
     if opts.exclusive and len(gpus) > 1:
         raise MpsToolError("unilab mps: --exclusive with --all-gpus: the compute mode is set per GPU; start one "
-                           "daemon per GPU (--gpu N --exclusive), or leave the mode DEFAULT")
+                           "daemon per GPU (--gpu N --exclusive), or leave the mode DEFAULT", code=EXIT_USAGE)
     gpu = gpus[0]
     # The daemon sees the GPUs in CUDA's order, so a client's cuda:i under the exports is gpus[i].
     served = ",".join(g.uuid for g in gpus)
@@ -137,9 +139,9 @@ def _check_can_set_compute_mode(host: HostFacts) -> None:
     if not host.is_root():
         raise MpsToolError("unilab mps: --exclusive sets the GPU's compute mode (nvidia-smi -c EXCLUSIVE_PROCESS), "
                            "which needs root.\n  run it as root (sudo unilab mps start --exclusive ...), "
-                           "or start without --exclusive (compute mode DEFAULT works with MPS)")
+                           "or start without --exclusive (compute mode DEFAULT works with MPS)", code=EXIT_USAGE)
     if host.find(NVIDIA_SMI) is None:
-        raise MpsToolError(f"unilab mps: --exclusive needs '{NVIDIA_SMI}', which is not on PATH")
+        raise MpsToolError(f"unilab mps: --exclusive needs '{NVIDIA_SMI}', which is not on PATH", code=EXIT_USAGE)
 
 
 def _set_compute_mode(host: HostFacts, uuid: str, mode: str) -> None:

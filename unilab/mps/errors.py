@@ -68,7 +68,8 @@ class MpsSettingError(ValueError):
 
 
 class MpsToolError(RuntimeError):
-    """A `unilab mps` subcommand failed: a message for the user and the exit status."""
+    """A `unilab mps` subcommand failed (exit 1) or refused before it started anything (bad input, or a prerequisite
+    the host does not meet: exit 2): a message for the user and the exit status."""
 
     def __init__(self, message: str, code: int = 1):
         super().__init__(message)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
+from unilab.exit_codes import EXIT_USAGE
 from unilab.processes import stat_fields
 
 from .control import DAEMON_PID_FILE, MpsControl, PipeDirectory
@@ -82,7 +83,7 @@ def _nvml_gpus(host: HostFacts) -> tuple[list[GpuInfo], str]:
         gpus = host.nvml.gpus()
     except NvmlUnavailable as exc:
         raise MpsToolError(f"unilab mps: NVML cannot be read, so no GPU can be identified: {exc}\n"
-                           "  check: nvidia-smi    # must list the GPU") from exc
+                           "  check: nvidia-smi    # must list the GPU", code=EXIT_USAGE) from exc
     return gpus, "; ".join(f"{g.index}: {g.uuid}" for g in gpus) or "none"
 
 
@@ -92,7 +93,7 @@ def _visible(host: HostFacts) -> list[GpuInfo | MigEntry]:
     visible = visible_devices(host.env.get("CUDA_VISIBLE_DEVICES"), gpus)
     if not visible:
         raise MpsToolError(f"unilab mps: no visible GPU (CUDA_VISIBLE_DEVICES="
-                           f"{host.env.get('CUDA_VISIBLE_DEVICES')!r}; NVML sees {listing})")
+                           f"{host.env.get('CUDA_VISIBLE_DEVICES')!r}; NVML sees {listing})", code=EXIT_USAGE)
     return visible
 
 
@@ -103,10 +104,11 @@ def resolve_visible_gpus(host: HostFacts) -> list[GpuInfo]:
 
 def _not_mig(gpu: GpuInfo | MigEntry) -> GpuInfo:
     if isinstance(gpu, MigEntry):
-        raise MpsToolError(f"unilab mps: {gpu.token} is a MIG instance; unilab does not support MPS on MIG")
+        raise MpsToolError(f"unilab mps: {gpu.token} is a MIG instance; unilab does not support MPS on MIG",
+                           code=EXIT_USAGE)
     if gpu.mig_enabled:
         raise MpsToolError(f"unilab mps: {gpu.uuid} is in MIG mode; unilab does not support MPS on MIG\n"
-                           f"  fix: sudo nvidia-smi -i {gpu.index} -mig 0")
+                           f"  fix: sudo nvidia-smi -i {gpu.index} -mig 0", code=EXIT_USAGE)
     return gpu
 
 
@@ -121,5 +123,5 @@ def resolve_gpu(host: HostFacts, spec: str | None) -> GpuInfo:
         hits = [g for g in gpus if g.uuid.startswith(spec) or g.uuid.startswith("GPU-" + spec)]
         gpu = hits[0] if len(hits) == 1 else None
     if gpu is None:
-        raise MpsToolError(f"unilab mps: --gpu {spec} names no single GPU (NVML sees {listing})")
+        raise MpsToolError(f"unilab mps: --gpu {spec} names no single GPU (NVML sees {listing})", code=EXIT_USAGE)
     return _not_mig(gpu)

@@ -3,8 +3,9 @@
 Runs after a completed training run when `training.outputs.no_play=false` (in its own process, so that the
 launcher never initialises CUDA; the launcher supervises it like the learner and collector), or on
 any run directory with `unilab play RUN`. Every env plays
-its first episode, from a fresh reset, for at most `steps` control steps (default: one full
-episode); the report counts the envs whose episode ended early (terminated) or at its limit.
+its first episode, from a fresh reset, for `steps` control steps (default: until every env's first
+episode has ended, at most one full episode); the report counts the envs whose episode ended early
+(terminated) or at its limit.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def play(run_dir: str | Path, config: RunConfig, device: str, *, checkpoint: str
     env = make_env(task, config.sim, device, seed)
     n = env.num_envs
     act, iteration = _agent(agent, env, config, ckpt, state, device, seed)
+    until_done = not steps  # the default: stop once every env's first episode has ended
     steps = int(steps or env.max_episode_length)
 
     dev = env.device
@@ -75,6 +77,8 @@ def play(run_dir: str | Path, config: RunConfig, device: str, *, checkpoint: str
                 played += 1
                 if watch is not None:
                     watch.frame(env)
+                if until_done and bool(finished.all()):
+                    break
         ok = True
     except WatchClosed:
         ok = True

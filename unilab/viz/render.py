@@ -40,6 +40,13 @@ def software_gl() -> bool:
     return any(cpu in name for cpu in SOFTWARE_RENDERERS)
 
 
+def no_shadows_on_cpu(renderer: mujoco.Renderer) -> None:
+    """Turn the renderer's shadows off where OpenGL draws on the CPU: Mesa's rasteriser draws every mesh triangle
+    again for the shadow map, which would more than double a frame's time there (docs/en/play.md)."""
+    if software_gl():
+        renderer.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
+
+
 class FrameRenderer:
     """Frames of `width` x `height` pixels showing `worlds` worlds of `mj_model`, tiled, in the G1's look
     (unilab.assets.look: its meshes, or its collision geoms with `collision`)."""
@@ -68,10 +75,7 @@ class FrameRenderer:
         self.data = [mujoco.MjData(model) for _ in range(self.worlds)]
         self.renderer = with_gl_hint(lambda: mujoco.Renderer(model, self.tile_h, self.tile_w))
         self.option = look.scene_option(model, collision=collision)
-        if software_gl():
-            # Mesa's CPU rasteriser draws every mesh triangle again for the shadow map: shadows would more
-            # than double a frame's time there (docs/en/play.md).
-            self.renderer.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
+        no_shadows_on_cpu(self.renderer)
         self.camera = camera
         self.root_body = int(root_body)
         self.cameras = [self._camera() for _ in range(self.worlds)]

@@ -167,8 +167,8 @@ class G1MotionTrackingConfig:
     name: str = "g1_motion_tracking"
     num_envs: int = 2048
     # npz clip, or a directory of them (all its *.npz, sorted by name, one frame rate); None: the embedded
-    # default clip, synthesised on first use into $XDG_CACHE_HOME/unilab/motion
-    # (or ~/.cache/unilab/motion).
+    # default clip, synthesised on first use into $UNILAB_CACHE_DIR/motion (else $XDG_CACHE_HOME/unilab/motion,
+    # else ~/.cache/unilab/motion).
     motion_file: Optional[str] = None
     episode_length_s: float = 10.0  # episodes also end (truncated) at the end of the clip
     # How an action in [-1, 1] moves each joint target from the stand pose:

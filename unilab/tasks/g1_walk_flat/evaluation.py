@@ -73,8 +73,9 @@ def format_suite(suite: str, result: dict) -> list[str]:
     o = result["overall"]
     lines.append(f"  {'overall':<43} {_num(o['lin_error']):>10} {_num(o['yaw_error']):>13} "
                  f"{100 * (o['fall_fraction'] or 0):>5.1f}% {_num(o['torque_share'], '{:.2f}'):>12}")
-    if o.get("combined_lin_error") is not None or o.get("max_fall_fraction") is not None:
+    if o.get("combined_fall_fraction") is not None:  # only where the commands held some combined ones
         lines.append(f"  {'combined (vx, vy, wz all set)':<43} {_num(o.get('combined_lin_error')):>10} "
-                     f"{'':>13} {100 * (o.get('combined_fall_fraction') or 0):>5.1f}%")
-        lines.append(f"  {'worst command falls':<43} {'':>10} {'':>13} {100 * (o.get('max_fall_fraction') or 0):>5.1f}%")
+                     f"{'':>13} {100 * o['combined_fall_fraction']:>5.1f}%")
+    if o.get("max_fall_fraction") is not None:
+        lines.append(f"  {'worst command falls':<43} {'':>10} {'':>13} {100 * o['max_fall_fraction']:>5.1f}%")
     return lines
