@@ -375,3 +375,21 @@ def test_last_line_quotes_the_last_non_blank_line():
     assert last_line(tb) == "ValueError: bad value"
     assert last_line(tb, 10) == "ValueError"
     assert last_line(None) == last_line("") == last_line(" \n\t\n") == ""
+
+
+@pytest.mark.parametrize("ppid_changes_after, expected", [(3, "launcher is gone"), (None, "SIGTERM")])
+def test_a_sigterm_from_a_dying_launcher_names_the_launcher(monkeypatch, ppid_changes_after, expected):
+    """PDEATHSIG can arrive while getppid() still names the launcher (its other threads are still exiting):
+    the cause waits that moment out; a SIGTERM from anyone else, with the launcher alive, stays a SIGTERM."""
+    from unilab.runtime import messages
+
+    calls = []
+
+    def getppid():
+        calls.append(1)
+        return 4242 if ppid_changes_after is None or len(calls) <= ppid_changes_after else 1
+
+    monkeypatch.setattr(messages, "_terminate_requested", True)
+    monkeypatch.setattr(messages.os, "getppid", getppid)
+    monkeypatch.setattr(messages, "PDEATHSIG_SETTLE_S", 0.2)
+    assert expected in messages.why_stopped(4242)

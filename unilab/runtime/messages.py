@@ -28,6 +28,9 @@ M = TypeVar("M")
 
 WATCH_S = 0.25  # how often a waiting child looks at its stop requests and its launcher
 PARENT_GONE_GRACE_S = 1.5  # the watchdog's wait for the main thread to notice before it ends the process
+# Linux's PDEATHSIG fires when the launcher's *spawning thread* exits: under kill -9 that can come before its
+# other threads have gone, so for a moment the SIGTERM is here and getppid() still names the launcher
+PDEATHSIG_SETTLE_S = 0.5
 
 
 class StallError(RuntimeError):
@@ -172,11 +175,21 @@ def check_stop(role: str, stop_event=None, parent_pid: int | None = None) -> Non
 def why_stopped(parent_pid: int | None = None) -> str:
     """Why a StopRequested was raised, in words for the other ranks of a data-parallel run."""
     parent = parent_pid if parent_pid is not None else _parent_pid
-    if parent is not None and os.getppid() != parent:
+    if parent is not None and _parent_left(parent, PDEATHSIG_SETTLE_S if _terminate_requested else 0.0):
         return "its launcher is gone (killed?)"
     if _terminate_requested:
         return "SIGTERM (the job was cancelled, or its node's torchrun stopped it)"
     return "its launcher stopped it (interrupted, or a fault on that rank: see its run_summary.json)"
+
+
+def _parent_left(parent_pid: int, settle_s: float) -> bool:
+    """Whether this process's launcher is gone, waiting up to `settle_s` for a dying one to finish."""
+    deadline = time.monotonic() + settle_s
+    while os.getppid() == parent_pid:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def wait_event(event, *, role: str, phase: str, timeout_s: float, stop_event=None) -> None:
