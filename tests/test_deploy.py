@@ -275,6 +275,7 @@ def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
     refused(_onnx_with(tmp_path, _props(), obs_dim=5), says="takes 5 observations")
     refused(WALK, "--command", "0.5,0", says="--command 0.5,0: give vx,vy,wz")
     refused(WALK, "--command", "fast,0,0", says="give vx,vy,wz")
+    refused(WALK, "--command", "0.2,0,0", "--commands", "slow", says="give one of the two")
     refused(WALK, "--clip", tmp_path / "clip.npz", says="--clip is for motion tracking")
     refused(WALK, "--window-s", "20", says="--window-s <= --hold-s")
     motion = {"tracked_bodies": ["pelvis"], "anchor_body": "torso_link", "root_body": "pelvis", "end_effectors": [],

@@ -25,11 +25,11 @@ class ScriptedWalkEnv:
     """Moves every base at `gain` times its held command; env 0 of the command block `falls_in`
     terminates once, mid-hold. Only what `walk.rollout` reads."""
 
-    def __init__(self, gain: float, falls_in: int):
+    def __init__(self, gain: float, falls_in: int, commands=walk.COMMAND_GRID, deadband: float = 0.0):
         self.device = torch.device("cpu")
-        self.num_envs = K * len(walk.COMMAND_GRID)
+        self.num_envs = K * len(commands)
         self.dt = 0.02
-        self.gain, self.falls_in = gain, falls_in
+        self.gain, self.falls_in, self.deadband = gain, falls_in, deadband
         self.mj_model = g1.build_g1_model()
         nu = self.mj_model.nu
         self.backend = SimpleNamespace(ctrl=torch.zeros(self.num_envs, nu))
@@ -45,8 +45,10 @@ class ScriptedWalkEnv:
 
     def step(self, action):
         self.t += 1
-        self.base_lin_vel_b = torch.cat([self.gain * self.commands[:, :2], torch.zeros(self.num_envs, 1)], dim=1)
-        self.base_ang_vel_b = torch.cat([torch.zeros(self.num_envs, 2), self.gain * self.commands[:, 2:]], dim=1)
+        # A policy that stands still under commands whose largest part is below `deadband`.
+        moves = (self.commands.abs().max(dim=1, keepdim=True).values >= self.deadband).float()
+        self.base_lin_vel_b = torch.cat([self.gain * moves * self.commands[:, :2], torch.zeros(self.num_envs, 1)], dim=1)
+        self.base_ang_vel_b = torch.cat([torch.zeros(self.num_envs, 2), self.gain * moves * self.commands[:, 2:]], dim=1)
         terminated = torch.zeros(self.num_envs, dtype=torch.bool)
         if self.t == 10:
             terminated[self.falls_in * K] = True
@@ -70,6 +72,26 @@ def test_rollout_errors_on_scripted_dynamics():
     assert o["lin_error"] == pytest.approx(sum(lin) / len(lin), abs=1e-5)
     assert o["fall_fraction"] == pytest.approx(0.5 / len(walk.COMMAND_GRID))
     assert walk.WalkEvalSettings().hold_s >= 10.0 and {(-0.5, 0, 0), (0, 0.4, 0), (0, 0, -0.8)} <= set(walk.COMMAND_GRID)
+
+
+def test_the_slow_suite_shows_a_policy_that_stands_still_at_slow_commands():
+    """A policy that walks every grid command but stands under 0.35 (m/s or rad/s) passes the grid's walking
+    commands and fails every slow one: the slow suite's rows are its own commands, their errors the full command."""
+    settings = walk.WalkEvalSettings(envs_per_command=K, hold_s=0.6, window_s=0.2)
+    policy = lambda obs: torch.zeros(obs.shape[0], 29)  # noqa: E731
+    env = ScriptedWalkEnv(gain=1.0, falls_in=0, commands=walk.SLOW_GRID, deadband=0.35)
+    rows = walk.rollout(env, policy, settings, walk.suite_commands("slow"))
+    assert [r["command"] for r in rows] == [list(c) for c in walk.SLOW_GRID]
+    for row, (vx, vy, wz) in zip(rows, walk.SLOW_GRID):
+        assert row["achieved"] == pytest.approx([0.0, 0.0, 0.0], abs=1e-6)
+        assert row["lin_error"] == pytest.approx(float(np.hypot(vx, vy)), abs=1e-5)
+        assert row["yaw_error"] == pytest.approx(abs(wz), abs=1e-5)
+    assert all(max(map(abs, c)) <= 0.3 for c in walk.SLOW_GRID) and (0.0, 0.0, 0.0) == walk.SLOW_GRID[-1]
+    assert walk.overall(rows)["lin_error"] > 0.1 and walk.overall(rows)["combined_lin_error"] > 0.2
+    grid = walk.rollout(ScriptedWalkEnv(gain=1.0, falls_in=0, deadband=0.35), policy, settings)
+    walking = [r for r in grid if max(map(abs, r["command"])) >= 0.35]
+    assert walking and all(r["lin_error"] == pytest.approx(0.0, abs=1e-5) for r in walking)
+    assert walk.suite_commands("nominal") == walk.suite_commands("push") == walk.COMMAND_GRID
 
 
 def test_torque_share_is_the_actuator_force_over_its_limit():
@@ -101,6 +123,9 @@ def test_suites_change_the_randomisation_only():
     for over in (nominal, robust):
         assert over["num_envs"] == 3 * len(walk.COMMAND_GRID) and over["episode_length_s"] > 4.0
         assert over["randomization"]["stagger_first_episode"] is False
+    slow = walk.task_overrides("slow", s)
+    assert slow["num_envs"] == 3 * len(walk.SLOW_GRID)
+    assert {k: v for k, v in slow.items() if k != "num_envs"} == {k: v for k, v in nominal.items() if k != "num_envs"}
     with pytest.raises(ValueError, match="unknown suite"):
         walk.task_overrides("windy", s)
 
@@ -217,14 +242,14 @@ def test_eval_writes_a_versioned_report_and_a_table(walk_run, capsys):
     assert _eval(walk_run, *TINY) == 0
     report = json.loads((walk_run / "eval.json").read_text())
     assert report["schema"] == EVAL_SCHEMA and report["task"] == "g1_walk_flat" and report["algo"] == "fastsac"
-    assert report["iteration"] == 6 and set(report["suites"]) == {"nominal", "robust", "push"}
+    assert report["iteration"] == 6 and set(report["suites"]) == {"nominal", "robust", "push", "slow"}
     assert report["checkpoint_time"] == pytest.approx((walk_run / "checkpoints" / "iter_0000006.pt").stat().st_mtime)
-    for suite in report["suites"].values():
-        assert len(suite["per_command"]) == len(walk.COMMAND_GRID)
+    for name, suite in report["suites"].items():
+        assert [r["command"] for r in suite["per_command"]] == [list(c) for c in walk.suite_commands(name)]
         assert set(suite["overall"]) == {"lin_error", "yaw_error", "fall_fraction", "torque_share",
                                          "combined_lin_error", "combined_fall_fraction", "max_fall_fraction"}
     table = capsys.readouterr().out
-    assert "[nominal]" in table and "[robust]" in table and "overall" in table
+    assert "[nominal]" in table and "[robust]" in table and "[slow]" in table and "overall" in table
     # An older checkpoint, one suite, another file.
     out = walk_run / "eval_iter3.json"
     ckpt = walk_run / "checkpoints" / "iter_0000003.pt"

@@ -1,9 +1,10 @@
 """`unilab sim2sim RUN|policy.onnx`: an exported policy in plain MuJoCo on the CPU, from the ONNX file and its
 metadata alone (numpy, onnxruntime, mujoco: no torch, no warp), measured as `unilab eval` measures it.
 
-Walk policies hold eval's command grid (or `--command vx,vy,wz`), optionally pushed; motion tracking policies play
-`--clip`. `--model mjlab` runs them on mjlab's G1 MJCF instead of the G1 they were trained on. Bad input (a missing
-file, an ONNX without unilab metadata, a wrong task, a bad command) exits 2 before anything is written.
+Walk policies hold eval's command grid (`--commands slow`: its slow suite's; `--command vx,vy,wz`: one), optionally
+pushed; motion tracking policies play `--clip`. `--model mjlab` runs them on mjlab's G1 MJCF instead of the G1 they
+were trained on. Bad input (a missing file, an ONNX without unilab metadata, a wrong task, a bad command) exits 2
+before anything is written.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ def _check_args(args: argparse.Namespace) -> None:
         args.window_s = min(WINDOW_S, WINDOW_SHARE * args.hold_s)
     if not 0 < args.window_s <= args.hold_s or args.envs_per_command < 1:
         raise DeployError("need 0 < --window-s <= --hold-s and --envs-per-command >= 1")
+    if args.command and getattr(args, "commands", "nominal") != "nominal":
+        raise DeployError(f"--command {args.command} and --commands {args.commands}: give one of the two")
     if args.push_vel < 0 or args.push_interval <= 0:
         raise DeployError("need --push-vel >= 0 (m/s) and --push-interval > 0 (s)")
     if args.video:
@@ -110,14 +113,17 @@ def _rollout(args, policy, model, command, writer) -> dict:
 
         rows = play_clip(model, policy, args.clip, on_frame=on_frame, progress=progress)
         return {"suite": "nominal", "per_clip": rows}
-    from unilab.tasks.g1_walk_flat.evaluation import COMMAND_GRID
+    from unilab.tasks.g1_walk_flat.evaluation import suite_commands
 
-    commands = [command] if command else list(COMMAND_GRID)
+    which = getattr(args, "commands", "nominal")
+    commands = [command] if command else list(suite_commands(which))
     settings = WalkSettings(args.hold_s, args.window_s, args.envs_per_command, args.push_vel, args.push_interval,
                             args.seed)
     rows = rollout(model, policy, commands, settings, on_floor=args.model != "ours", on_frame=on_frame,
                    progress=progress)
     suite = f"pushed {args.push_vel:g} m/s every {args.push_interval:g} s" if args.push_vel > 0 else "nominal"
+    if which == "slow" and not command:
+        suite = "slow" if args.push_vel == 0 else f"slow, {suite}"
     return {"suite": suite, "per_command": rows}
 
 
@@ -142,6 +148,9 @@ def add_parser(sub) -> None:
                    help="ours: the G1 it was trained on (default); mjlab: mjlab 1.6.0's G1 MJCF with the policy's "
                         "actuators and armature by joint name (fetched once into the cache)")
     p.add_argument("--command", metavar="VX,VY,WZ", help="walk: hold this one command instead of eval's grid")
+    p.add_argument("--commands", choices=("nominal", "slow"), default="nominal",
+                   help="walk: which of eval's command lists to hold: its grid (nominal, the default) or its slow "
+                        "suite's commands (slow)")
     p.add_argument("--hold-s", type=float, default=10.0, help="walk: seconds each command is held (default 10)")
     p.add_argument("--window-s", type=float, help="walk: the last seconds measured (default 6, or 60 %% of a "
                    "shorter hold: 2.4 of --hold-s 4)")

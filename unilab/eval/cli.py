@@ -1,4 +1,4 @@
-"""`unilab eval RUN [--checkpoint FILE] [--suite nominal|robust|push|all]`: eval.json and a printed table.
+"""`unilab eval RUN [--checkpoint FILE] [--suite nominal|robust|push|slow|all]`: eval.json and a printed table.
 
 The run's task picks the evaluation: a command grid for `g1_walk_flat` (unilab/eval/walk.py), every
 clip of the motion for `g1_motion_tracking` (unilab/eval/tracking.py). The report's header fields are
@@ -23,7 +23,7 @@ from unilab.rundir.layout import EVAL_FILE, is_run_dir
 
 EVAL_SCHEMA = "unilab.eval/1"
 EVALUATED_TASKS = ("g1_walk_flat", "g1_motion_tracking")
-SUITE_NAMES = ("nominal", "robust", "push")  # the walk task's (unilab/eval/walk.py); tracking has the first two
+SUITE_NAMES = ("nominal", "robust", "push", "slow")  # the walk task's (unilab/eval/walk.py); tracking has the first two
 
 
 class EvalInputError(ValueError):
@@ -95,7 +95,7 @@ class _WalkEval:
         return _merge(task, self.walk.task_overrides(suite, self.settings))
 
     def run(self, env, policy, suite: str) -> dict:
-        rows = self.walk.rollout(env, policy, self.settings)
+        rows = self.walk.rollout(env, policy, self.settings, self.walk.suite_commands(suite))
         return {"per_command": rows, "overall": self.walk.overall(rows)}
 
     def steps(self, env) -> int:
@@ -243,8 +243,8 @@ def add_parser(sub) -> None:
     p.add_argument("--checkpoint", help="checkpoint file (default: the run's latest)")
     p.add_argument("--suite", choices=(*SUITE_NAMES, "all"), default="all",
                    help="walk: nominal (no noise, pushes or friction draws), robust (noise, friction 0.3-1.2, "
-                        "pushes up to 0.5 m/s), push (noise, friction, a 0.5-1.0 m/s push every 2 s); "
-                        "motion tracking: nominal, robust; all: every suite of the task (default)")
+                        "pushes up to 0.5 m/s), push (noise, friction, a 0.5-1.0 m/s push every 2 s), slow (nominal, on "
+                        "10 slow commands: 0.15-0.25 m/s, 0.3 rad/s); motion tracking: nominal, robust; all: every suite of the task (default)")
     p.add_argument("--device", help="default: the run's training.run.device")
     p.add_argument("--envs-per-command", type=int, help="walk: envs per command of the grid (default: 32 on a GPU, "
                    f"{CPU_WALK['envs_per_command']} on the CPU)")

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from unilab.tasks.g1_walk_flat.evaluation import COMMAND_GRID, SUITES, is_combined, overall  # noqa: F401 (eval's names)
+from unilab.tasks.g1_walk_flat.evaluation import (COMMAND_GRID, SLOW_GRID, SUITES, is_combined,  # noqa: F401 (eval's names)
+                                                  overall, suite_commands)
 
 
 @dataclass
@@ -28,7 +29,7 @@ def task_overrides(suite: str, settings: WalkEvalSettings) -> dict:
     over = {k: dict(v) for k, v in SUITES[suite].items()}
     over["randomization"]["stagger_first_episode"] = False
     over["episode_length_s"] = settings.hold_s + 1.0
-    over["num_envs"] = settings.envs_per_command * len(COMMAND_GRID)
+    over["num_envs"] = settings.envs_per_command * len(suite_commands(suite))
     return over
 
 
@@ -43,11 +44,12 @@ def pd_torque_share(env) -> torch.Tensor:
     return (tau.abs().clamp(max=limit) / limit).mean(dim=1)
 
 
-def rollout(env, policy, settings: WalkEvalSettings) -> list[dict]:
-    """Hold the grid's commands on `env` (built with `task_overrides`) and measure; one row per command."""
+def rollout(env, policy, settings: WalkEvalSettings, commands=COMMAND_GRID) -> list[dict]:
+    """Hold `commands` (a suite's, `suite_commands`) on `env` (built with `task_overrides` for that suite) and
+    measure; one row per command."""
     k = settings.envs_per_command
     dev = env.device
-    grid = torch.tensor(COMMAND_GRID, dtype=torch.float32, device=dev)
+    grid = torch.tensor(commands, dtype=torch.float32, device=dev)
     env.hold_commands(grid.repeat_interleave(k, dim=0))
     steps = int(round(settings.hold_s / env.dt))
     window = min(steps, int(round(settings.window_s / env.dt)))
@@ -68,7 +70,7 @@ def rollout(env, policy, settings: WalkEvalSettings) -> list[dict]:
     mean_vel = vel_sum / window
     torque = torque_sum / window
     rows = []
-    for i, cmd in enumerate(COMMAND_GRID):
+    for i, cmd in enumerate(commands):
         block = slice(i * k, (i + 1) * k)
         ok = ~fell[block]
         v = mean_vel[block][ok]

@@ -15,6 +15,17 @@ COMMAND_GRID: tuple[tuple[float, float, float], ...] = (
     (0.0, 0.0, 0.0),
 )
 
+# Slow commands, near the low end of the training range (planar commands under task.commands.min_lin_speed, yaw
+# rates under min_ang_speed, are zeroed there): each axis alone both ways, one of all three, standing last. A policy
+# that stands still below some speed instead of walking shows it here; the grid above holds one slow command.
+SLOW_GRID: tuple[tuple[float, float, float], ...] = (
+    (0.15, 0.0, 0.0), (0.25, 0.0, 0.0), (-0.25, 0.0, 0.0),
+    (0.0, 0.15, 0.0), (0.0, 0.25, 0.0), (0.0, -0.25, 0.0),
+    (0.0, 0.0, 0.3), (0.0, 0.0, -0.3),
+    (0.15, 0.15, 0.3),
+    (0.0, 0.0, 0.0),
+)
+
 # Every suite sets these itself, whatever the run trained with: no payload or motor draws, and pushes
 # at their full size from the first step.
 _FIXED = {"added_mass_kg": None, "kp_scale": None, "kd_scale": None, "push_curriculum_steps": 0}
@@ -22,17 +33,24 @@ _FIXED = {"added_mass_kg": None, "kp_scale": None, "kd_scale": None, "push_curri
 # Task settings of each suite: "nominal" is the command grid without noise, pushes or friction draws;
 # "robust" adds observation noise, friction 0.3-1.2 and a push of up to 0.5 m/s every 1-3 s; "push"
 # pushes every env every 2 s (all at once) by 0.5-1.0 m/s in a uniform direction, with the noise and
-# friction of "robust".
+# friction of "robust"; "slow" is nominal on the slow commands.
+_NOMINAL = {"observations": {"noise_scale": 0.0},
+            "randomization": {**_FIXED, "friction_range": None, "push_interval_s": None}}
 SUITES: dict[str, dict] = {
-    "nominal": {"observations": {"noise_scale": 0.0},
-                "randomization": {**_FIXED, "friction_range": None, "push_interval_s": None}},
+    "nominal": _NOMINAL,
     "robust": {"observations": {"noise_scale": 1.0},
                "randomization": {**_FIXED, "friction_range": [0.3, 1.2], "push_interval_s": [1.0, 3.0],
                                  "push_min_vel_xy": 0.0, "push_max_vel_xy": 0.5}},
     "push": {"observations": {"noise_scale": 1.0},
              "randomization": {**_FIXED, "friction_range": [0.3, 1.2], "push_interval_s": [2.0, 2.0],
                                "push_min_vel_xy": 0.5, "push_max_vel_xy": 1.0}},
+    "slow": _NOMINAL,
 }
+
+
+def suite_commands(suite: str) -> tuple[tuple[float, float, float], ...]:
+    """The commands a suite holds: the slow ones for "slow", the grid for the others."""
+    return SLOW_GRID if suite == "slow" else COMMAND_GRID
 
 
 def is_combined(command) -> bool:
