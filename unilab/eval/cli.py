@@ -243,8 +243,9 @@ def add_parser(sub) -> None:
     p.add_argument("--checkpoint", help="checkpoint file (default: the run's latest)")
     p.add_argument("--suite", choices=(*SUITE_NAMES, "all"), default="all",
                    help="walk: nominal (no noise, pushes or friction draws), robust (noise, friction 0.3-1.2, "
-                        "pushes up to 0.5 m/s), push (noise, friction, a 0.5-1.0 m/s push every 2 s), slow (nominal, on "
-                        "10 slow commands: 0.15-0.25 m/s, 0.3 rad/s); motion tracking: nominal, robust; all: every suite of the task (default)")
+                        "pushes up to 0.5 m/s), push (noise, friction, a 0.5-1.0 m/s push every 2 s), slow "
+                        "(nominal, on 10 slow commands: 0.15-0.25 m/s, 0.3 rad/s); motion tracking: nominal, "
+                        "robust; all: every suite of the task (default)")
     p.add_argument("--device", help="default: the run's training.run.device")
     p.add_argument("--envs-per-command", type=int, help="walk: envs per command of the grid (default: 32 on a GPU, "
                    f"{CPU_WALK['envs_per_command']} on the CPU)")

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from unilab.tasks.g1_walk_flat.evaluation import (COMMAND_GRID, SLOW_GRID, SUITES, is_combined,  # noqa: F401 (eval's names)
-                                                  overall, suite_commands)
+from unilab.tasks.g1_walk_flat.evaluation import (  # noqa: F401 (eval's names)
+    COMMAND_GRID, SLOW_GRID, SUITES, is_combined, overall, suite_commands)
 
 
 @dataclass
