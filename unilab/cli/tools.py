@@ -110,10 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
     synth = motsub.add_parser("synth", help="write a keyframed G1 clip (unilab motion synth --help)", add_help=False)
     synth.add_argument("rest", nargs=argparse.REMAINDER)
     synth.set_defaults(func=_motion_synth)
-    from unilab.motion import importer, info
+    from unilab.motion import importer, info, split
 
     importer.add_parser(motsub)
     info.add_parser(motsub)
+    split.add_parser(motsub)
 
     from .warmup import add_parser as add_warmup_parser
 
