@@ -338,6 +338,12 @@ class ScriptedTrackingEnv:
         joint = torch.stack((torch.zeros(4), torch.arange(4) / 10, torch.full((4,), 0.3)), dim=1)
         return self.errors, {"body_pos": body, "joint_pos": joint}
 
+    def protocol_errors(self):
+        # global: env 1 drifts 30 mm a step (past 0.5 m at step 17, though it plays the clip to its end); env 2
+        # stays at 40 mm. Root-relative: half of global.
+        glob = torch.tensor([0.01, 0.03 * self.t, 0.04, 0.02])
+        return {"global": glob, "root_relative": glob / 2}
+
 
 def test_tracking_rollout_on_scripted_episodes():
     from unilab.eval import tracking
@@ -354,7 +360,14 @@ def test_tracking_rollout_on_scripted_episodes():
     # Clip "short": env 3 failed on the first step (no measured step: left out of the errors).
     assert short["completion"] == pytest.approx(0.5) and short["fall_fraction"] == 0.5
     assert short["body_pos_error_mm"] == pytest.approx(5.0)
+    # The published protocol: env 1 completes "long" but strays past 0.5 m, so neither env of it succeeds;
+    # env 2 succeeds on "short", env 3 fell.
+    assert long["global_body_pos_error_mm"] == pytest.approx((10.0 + 300.0) / 2)
+    assert long["root_relative_body_pos_error_mm"] == pytest.approx((10.0 + 300.0) / 4)
+    assert short["global_body_pos_error_mm"] == pytest.approx(40.0)
+    assert (long["success"], short["success"]) == (0.0, 0.5)
     o = tracking.overall(rows)
+    assert o["success"] == pytest.approx(0.25) and o["global_body_pos_error_mm"] == pytest.approx((155.0 + 40.0) / 2)
     assert o["completion"] == pytest.approx((0.6 + 0.5) / 2) and o["body_pos_error_mm"] == pytest.approx(5.625)
     # The breakdown is averaged like the means: over the steps each env was tracking, then over the envs.
     assert long["body_pos_error_mm_by_body"] == pytest.approx({"pelvis": 6.25 / 2, "wrist": 6.25 * 1.5})
@@ -367,6 +380,29 @@ def test_tracking_rollout_on_scripted_episodes():
     assert below_long.split(":")[0].strip() == "largest bodies" and below_long.index("wrist") < below_long.index("pelvis")
     assert any(ln.strip() == "largest joints: ankle 0.300 rad, elbow 0.200 rad" for ln in lines)
     assert not any("largest" in ln for ln in tracking.format_suite("robust", {"per_clip": rows, "overall": o}))
+    (short_line,) = [ln for ln in lines if ln.strip().startswith("short")]
+    assert short_line.split()[-3:] == ["40.0", "20.0", "50.0%"] and "success (global <= 500 mm)" in lines[1]
+    # sim2sim's rows have no protocol metrics: the table leaves their columns out.
+    plain = [{k: v for k, v in r.items() if k not in tracking.PROTOCOL_METRICS} for r in rows]
+    assert "global mm" not in "\n".join(tracking.format_suite("nominal", {"per_clip": plain,
+                                                                         "overall": tracking.overall(plain)}))
+
+
+def test_protocol_errors_split_whole_body_drift_from_the_pose():
+    """Global error counts a robot that drifted as a whole; root-relative error does not, but sees a limb moved."""
+    from types import SimpleNamespace
+
+    from unilab.tasks.g1_motion_tracking.env import G1MotionTrackingEnv
+
+    gen = torch.Generator().manual_seed(0)
+    ref = torch.randn(3, 5, 3, generator=gen)  # 3 envs, 5 bodies (4 tracked), root at index 4
+    pos = ref + torch.tensor([0.3, -0.4, 0.0])  # drifted 0.5 m as a whole
+    pos[1, 2] += torch.tensor([0.0, 0.0, 0.2])  # env 1: one tracked body 0.2 m off as well
+    env = SimpleNamespace(ref_body_pos=ref, body_pos=pos, num_tracked=4, _root=4)
+    err = G1MotionTrackingEnv.protocol_errors(env)
+    assert err["root_relative"][[0, 2]] == pytest.approx([0.0, 0.0], abs=1e-6)
+    assert err["root_relative"][1].item() == pytest.approx(0.2 / 4, abs=1e-6)
+    assert err["global"][0].item() == pytest.approx(0.5, abs=1e-6) and err["global"][1] > err["global"][0]
 
 
 def test_tracking_suites_turn_off_only_existing_randomisation():

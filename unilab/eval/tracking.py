@@ -16,8 +16,8 @@ from typing import Any, Optional
 import torch
 
 # eval's names for the plain parts (unilab eval's table and report read them here)
-from unilab.tasks.g1_motion_tracking.evaluation import (BREAKDOWN, METRICS, format_suite, overall,  # noqa: F401
-                                                       worst_parts)
+from unilab.tasks.g1_motion_tracking.evaluation import (BREAKDOWN, METRICS, PROTOCOL, PROTOCOL_METRICS,  # noqa: F401
+                                                       SUCCESS_MAX_GLOBAL_M, format_suite, overall, worst_parts)
 
 # The "off" value of randomisation settings whose off value is not simply zero or False.
 OFF_VALUES: dict[str, Any] = {"friction_range": None, "push_interval_s": None, "stagger_first_episode": False}
@@ -84,7 +84,8 @@ def rollout(env, policy, envs_per_clip: int) -> list[dict]:
     fell = torch.zeros(n, dtype=torch.bool, device=dev)
     tracked = torch.zeros(n, device=dev)  # steps taken before the episode ended by a termination
     measured = torch.zeros(n, device=dev)
-    sums = {key: torch.zeros(n, device=dev) for key in ("body_pos", "joint_pos", "anchor_ori")}
+    sums = {key: torch.zeros(n, device=dev) for key in ("body_pos", "joint_pos", "anchor_ori", *PROTOCOL)}
+    worst = torch.zeros(n, device=dev)  # the largest global error while tracking: success's test
     part_sums = {key: torch.zeros(n, len(env.part_names[key]), device=dev) for _, key, _ in BREAKDOWN}
     with torch.no_grad():
         for _ in range(steps):
@@ -94,6 +95,8 @@ def rollout(env, policy, envs_per_clip: int) -> list[dict]:
             alive &= ~(terminated | truncated)
             # After step(): an env that ended was reset already, so only the still running ones are measured.
             errors, parts = env.tracking_errors_and_parts()
+            errors = {**errors, **env.protocol_errors()}
+            worst = torch.maximum(worst, torch.where(alive, errors["global"], 0.0))
             for key, total in sums.items():
                 total += torch.where(alive, errors[key], 0.0)
             for key, total in part_sums.items():
@@ -103,6 +106,7 @@ def rollout(env, policy, envs_per_clip: int) -> list[dict]:
     done_frames = torch.minimum(torch.round(tracked * env.frames_per_step), to_track)
     completion = torch.where(fell, done_frames / to_track, torch.ones_like(to_track))
     mean = {key: total / measured.clamp_min(1.0) for key, total in sums.items()}
+    succeeded = ~fell & (worst <= SUCCESS_MAX_GLOBAL_M)
     part_mean = {key: total / measured.clamp_min(1.0)[:, None] for key, total in part_sums.items()}
     rows = []
     for c, name in enumerate(env.clip_names):
@@ -126,6 +130,9 @@ def rollout(env, policy, envs_per_clip: int) -> list[dict]:
             "joint_pos_error_rad": avg("joint_pos"),
             "anchor_ori_error_rad": avg("anchor_ori"),
             "fall_fraction": float(fell[block].float().mean()),
+            "global_body_pos_error_mm": avg("global", 1000.0),
+            "root_relative_body_pos_error_mm": avg("root_relative", 1000.0),
+            "success": float(succeeded[block].float().mean()),
             **{name: by_part(key, scale) for name, key, scale in BREAKDOWN},
         })
     return rows

@@ -385,6 +385,15 @@ class G1MotionTrackingEnv(TaskEnv):
         parts = {"body_pos": r["body_pos_sq"].sqrt(), "joint_pos": (self.ref_joint_pos - self.joint_pos).abs()}
         return self.tracking_errors(r), parts
 
+    def protocol_errors(self) -> dict[str, torch.Tensor]:
+        """(N,) the published tables' mean position errors (m) of the tracked bodies: `global`, against the clip
+        where it stands in the world (no re-anchoring), and `root_relative`, each body's offset from the root
+        (the pelvis) against the clip's, so that drift of the whole body is left out."""
+        k, r = self.num_tracked, self._root
+        ref, pos = self.ref_body_pos[:, :k], self.body_pos[:, :k]
+        moved = (ref - self.ref_body_pos[:, r:r + 1]) - (pos - self.body_pos[:, r:r + 1])
+        return {"global": (ref - pos).norm(dim=-1).mean(dim=1), "root_relative": moved.norm(dim=-1).mean(dim=1)}
+
     # -------------------------------------------------------------- rewards
     def _reward_anchor_pos(self) -> torch.Tensor:
         return rk.exp_kernel(self._tracking_residuals()["anchor_pos_sq"], self.cfg.rewards.anchor_pos_std)

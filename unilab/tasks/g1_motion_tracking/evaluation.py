@@ -5,21 +5,29 @@ torch here."""
 from __future__ import annotations
 
 METRICS = ("completion", "body_pos_error_mm", "joint_pos_error_rad", "anchor_ori_error_rad", "fall_fraction")
+# The published tables' protocol, beside the anchor-relative body error above (the one the policy is trained on):
+# the env's `protocol_errors` (global and root-relative mean body position errors), and success, a clip played to
+# its end with the global error never above SUCCESS_MAX_GLOBAL_M (the threshold of PHC's and H2O's tables).
+PROTOCOL = ("global", "root_relative")
+PROTOCOL_METRICS = ("global_body_pos_error_mm", "root_relative_body_pos_error_mm", "success")
+SUCCESS_MAX_GLOBAL_M = 0.5
 # The per-body and per-joint breakdown of a row: its key, the env's error, the scale to the key's unit.
 BREAKDOWN = (("body_pos_error_mm_by_body", "body_pos", 1000.0), ("joint_pos_error_rad_by_joint", "joint_pos", 1.0))
 
 
 def overall(rows: list[dict]) -> dict:
-    """Means over the clips (a clip where no env tracked a single step has no errors)."""
+    """Means over the clips (a clip where no env tracked a single step has no errors; rows without the protocol's
+    metrics, sim2sim's, leave those None)."""
     def mean(key):
-        vals = [r[key] for r in rows if r[key] is not None]
+        vals = [r[key] for r in rows if r.get(key) is not None]
         return sum(vals) / len(vals) if vals else None
 
     def mean_by_part(key):
         tables = [r[key] for r in rows if r.get(key)]
         return {part: sum(t[part] for t in tables) / len(tables) for part in tables[0]} if tables else None
 
-    return {**{key: mean(key) for key in METRICS}, **{key: mean_by_part(key) for key, _, _ in BREAKDOWN}}
+    return {**{key: mean(key) for key in (*METRICS, *PROTOCOL_METRICS)},
+            **{key: mean_by_part(key) for key, _, _ in BREAKDOWN}}
 
 
 def worst_parts(row: dict, count: int) -> list[str]:
@@ -41,12 +49,21 @@ def format_suite(suite: str, result: dict, parts: int = 0) -> list[str]:
     def num(x, fmt):
         return "-" if x is None else fmt.format(x)
 
+    protocol = result["overall"].get("success") is not None  # eval's rows have them, sim2sim's not
+
     def line(name, r):
-        return (f"  {name:<{width}} {100 * r['completion']:>9.1f}% {num(r['body_pos_error_mm'], '{:.1f}'):>12} "
+        text = (f"  {name:<{width}} {100 * r['completion']:>9.1f}% {num(r['body_pos_error_mm'], '{:.1f}'):>12} "
                 f"{num(r['joint_pos_error_rad'], '{:.3f}'):>13} {num(r['anchor_ori_error_rad'], '{:.3f}'):>14} "
                 f"{100 * (r['fall_fraction'] or 0):>5.1f}%")
+        if protocol:
+            text += (f" {num(r.get('global_body_pos_error_mm'), '{:.1f}'):>9} "
+                     f"{num(r.get('root_relative_body_pos_error_mm'), '{:.1f}'):>11} {100 * (r.get('success') or 0):>7.1f}%")
+        return text
 
-    lines = [f"\n[{suite}]", f"  {'clip':<{width}} completion  body pos mm  joint pos rad  anchor ori rad  falls"]
+    head = f"  {'clip':<{width}} completion  body pos mm  joint pos rad  anchor ori rad  falls"
+    if protocol:
+        head += f"  global mm  root-rel mm  success (global <= {1000 * SUCCESS_MAX_GLOBAL_M:.0f} mm)"
+    lines = [f"\n[{suite}]", head]
     for r in result["per_clip"]:
         lines += [line(r["clip"], r), *worst_parts(r, parts)]
     lines.append(line("mean", result["overall"]))
