@@ -57,6 +57,7 @@ class _Both:
     def __init__(self, policy, env, first_obs):
         self.policy, self.meta, self.env, self.warp_obs = policy, policy.meta, env, first_obs
         self.calls, self.truncated_at, self.final_warp_obs = 0, None, None
+        self.protocol = []  # the env's protocol errors after each step that did not end the episode
         sizes = self.meta["observation_sizes"]
         edges = np.cumsum([0, *sizes])
         self.slices = {n: slice(a, b) for n, a, b in zip(self.meta["observation_names"], edges[:-1], edges[1:])}
@@ -74,6 +75,8 @@ class _Both:
         self.calls, self.last_action = self.calls + 1, np.clip(action, -1.0, 1.0)
         if bool(truncated[0]):
             self.truncated_at, self.final_warp_obs = self.calls, info["final_obs"][0].numpy()
+        else:
+            self.protocol.append({k: float(v[0]) for k, v in self.env.protocol_errors().items()})
         self.warp_obs = warp_obs[0].numpy()
         return action
 
@@ -109,6 +112,13 @@ def test_plain_mujoco_and_mjwarp_agree_on_a_clip_and_end_it_on_the_same_step(tmp
     assert row["fall_fraction"] == 0.0 and row["completion"] == 1.0
     assert both.calls == end, f"MuJoCo played {both.calls} steps, the metadata's rule says {end}"
     assert both.truncated_at == end, f"the env's episode ended after {both.truncated_at} steps, the rule says {end}"
+
+    # The published tables' errors, averaged over the same steps (all but the truncating one), agree to positions'
+    # tolerance; another body list, root or frame parts them by far more (the anchor for the root: 0.7 mm).
+    for key in ("global", "root_relative"):
+        warp_mm = 1000.0 * np.mean([p[key] for p in both.protocol])
+        assert warp_mm > 0.1 and row[f"{key}_body_pos_error_mm"] == pytest.approx(warp_mm, abs=1000.0 * POSITION_TOL)
+    assert len(both.protocol) == end - 1 and row["success"] == 1.0
 
     # The state the episode ends on, at the clip's last frame: MuJoCo's against the env's final observation.
     final = ClipPlayer(model, meta, clip, bodies).observation(last["data"], end, both.last_action)

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from unilab.sim.headless import mujoco
+from unilab.tasks.g1_motion_tracking.evaluation import SUCCESS_MAX_GLOBAL_M
 
 from .model import decimation
 from .observe import Robot, action_targets, assemble
@@ -139,7 +140,10 @@ class ClipPlayer:
         tilt = abs(2.0 * (x * x + y * y) - 1.0 + data.xmat[self.ids[a]][8]) > ends["anchor_gravity_z"]
         low = abs(ref_pos[a, 2] - pos[a, 2]) > ends["anchor_height"]
         ee = bool(np.any(np.abs(rel[self.ee, 2] - pos[self.ee, 2]) > ends["end_effector_height"]))
-        out = {"body_pos": body, "joint_pos": joints, "anchor_ori": _angle(ref_quat[a], quat[a])}
+        moved = (ref_pos[:self.k] - ref_pos[self.root]) - (pos[:self.k] - pos[self.root])
+        out = {"body_pos": body, "joint_pos": joints, "anchor_ori": _angle(ref_quat[a], quat[a]),
+               "global": float(np.linalg.norm(ref_pos[:self.k] - pos[:self.k], axis=1).mean()),
+               "root_relative": float(np.linalg.norm(moved, axis=1).mean())}
         return out, bool(tilt or low or ee or not np.all(np.isfinite(data.qpos)))
 
 
@@ -156,6 +160,7 @@ def play_clip(model, policy, path: str, *, on_frame: Callable | None = None,
     substeps = decimation(meta, model)
     last_action = np.zeros(meta["action_dim"])
     body_sum, joint_sum, ori_sum, measured, tracked, fell = 0.0, 0.0, 0.0, 0, 0, False
+    protocol = {"global": 0.0, "root_relative": 0.0, "worst": 0.0}  # eval's protocol metrics
     for step in range(player.steps):
         action = np.clip(policy(player.observation(data, step, last_action)), -1.0, 1.0)
         data.ctrl[player.robot.actuators] = action_targets(meta, action, player.offset(step))
@@ -174,15 +179,18 @@ def play_clip(model, policy, path: str, *, on_frame: Callable | None = None,
             body_sum = body_sum + errors["body_pos"]
             joint_sum = joint_sum + errors["joint_pos"]
             ori_sum += errors["anchor_ori"]
+            protocol["global"] += errors["global"]
+            protocol["root_relative"] += errors["root_relative"]
+            protocol["worst"] = max(protocol["worst"], errors["global"])
             measured += 1
         if progress is not None and (step + 1) % 250 == 0:
             progress(f"step {step + 1}/{player.steps}")
     return [clip_row(Path(path).stem, clip.num_frames, meta, bodies[:player.k], fell, tracked, measured,
-                     body_sum, joint_sum, ori_sum, player.frames_per_step)]
+                     body_sum, joint_sum, ori_sum, player.frames_per_step, protocol)]
 
 
 def clip_row(name, frames, meta, tracked_bodies, fell, tracked, measured, body_sum, joint_sum, ori_sum,
-             frames_per_step) -> dict:
+             frames_per_step, protocol: dict | None = None) -> dict:
     """eval's row of one clip played by one env."""
     to_track = frames - 1
     completion = min(round(tracked * frames_per_step), to_track) / to_track if fell else 1.0
@@ -193,6 +201,13 @@ def clip_row(name, frames, meta, tracked_bodies, fell, tracked, measured, body_s
         errs = (1000.0 * float(body.mean()), float(joints.mean()), ori_sum / measured)
     else:
         by_body, by_joint, errs = None, None, (None, None, None)
-    return {"clip": name, "frames": int(frames), "completion": float(completion), "body_pos_error_mm": errs[0],
-            "joint_pos_error_rad": errs[1], "anchor_ori_error_rad": errs[2], "fall_fraction": float(fell),
-            "body_pos_error_mm_by_body": by_body, "joint_pos_error_rad_by_joint": by_joint}
+    row = {"clip": name, "frames": int(frames), "completion": float(completion), "body_pos_error_mm": errs[0],
+           "joint_pos_error_rad": errs[1], "anchor_ori_error_rad": errs[2], "fall_fraction": float(fell),
+           "body_pos_error_mm_by_body": by_body, "joint_pos_error_rad_by_joint": by_joint}
+    if protocol is not None:  # as eval's rows: the global and root-relative means, success to the clip's end
+        def mm(key):
+            return 1000.0 * protocol[key] / measured if measured else None
+
+        row.update({"global_body_pos_error_mm": mm("global"), "root_relative_body_pos_error_mm": mm("root_relative"),
+                    "success": float(not fell and protocol["worst"] <= SUCCESS_MAX_GLOBAL_M)})
+    return row

@@ -17,7 +17,7 @@ BREAKDOWN = (("body_pos_error_mm_by_body", "body_pos", 1000.0), ("joint_pos_erro
 
 def overall(rows: list[dict]) -> dict:
     """Means over the clips (a clip where no env tracked a single step has no errors; rows without the protocol's
-    metrics, sim2sim's, leave those None)."""
+    metrics, as an older eval.json's, leave those None)."""
     def mean(key):
         vals = [r[key] for r in rows if r.get(key) is not None]
         return sum(vals) / len(vals) if vals else None
@@ -49,7 +49,7 @@ def format_suite(suite: str, result: dict, parts: int = 0) -> list[str]:
     def num(x, fmt):
         return "-" if x is None else fmt.format(x)
 
-    protocol = result["overall"].get("success") is not None  # eval's rows have them, sim2sim's not
+    protocol = result["overall"].get("success") is not None  # rows of an older eval.json have none
 
     def line(name, r):
         text = (f"  {name:<{width}} {100 * r['completion']:>9.1f}% {num(r['body_pos_error_mm'], '{:.1f}'):>12} "
