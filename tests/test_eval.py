@@ -47,8 +47,9 @@ class ScriptedWalkEnv:
         self.t += 1
         # A policy that stands still under commands whose largest part is below `deadband`.
         moves = (self.commands.abs().max(dim=1, keepdim=True).values >= self.deadband).float()
-        self.base_lin_vel_b = torch.cat([self.gain * moves * self.commands[:, :2], torch.zeros(self.num_envs, 1)], dim=1)
-        self.base_ang_vel_b = torch.cat([torch.zeros(self.num_envs, 2), self.gain * moves * self.commands[:, 2:]], dim=1)
+        reached = self.gain * moves * self.commands
+        self.base_lin_vel_b = torch.cat([reached[:, :2], torch.zeros(self.num_envs, 1)], dim=1)
+        self.base_ang_vel_b = torch.cat([torch.zeros(self.num_envs, 2), reached[:, 2:]], dim=1)
         terminated = torch.zeros(self.num_envs, dtype=torch.bool)
         if self.t == 10:
             terminated[self.falls_in * K] = True

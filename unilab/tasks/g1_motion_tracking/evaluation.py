@@ -57,7 +57,8 @@ def format_suite(suite: str, result: dict, parts: int = 0) -> list[str]:
                 f"{100 * (r['fall_fraction'] or 0):>5.1f}%")
         if protocol:
             text += (f" {num(r.get('global_body_pos_error_mm'), '{:.1f}'):>9} "
-                     f"{num(r.get('root_relative_body_pos_error_mm'), '{:.1f}'):>11} {100 * (r.get('success') or 0):>7.1f}%")
+                     f"{num(r.get('root_relative_body_pos_error_mm'), '{:.1f}'):>11} "
+                     f"{100 * (r.get('success') or 0):>7.1f}%")
         return text
 
     head = f"  {'clip':<{width}} completion  body pos mm  joint pos rad  anchor ori rad  falls"
