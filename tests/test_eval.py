@@ -383,10 +383,6 @@ def test_tracking_rollout_on_scripted_episodes():
     assert not any("largest" in ln for ln in tracking.format_suite("robust", {"per_clip": rows, "overall": o}))
     (short_line,) = [ln for ln in lines if ln.strip().startswith("short")]
     assert short_line.split()[-3:] == ["40.0", "20.0", "50.0%"] and "success (global <= 500 mm)" in lines[1]
-    # Rows without the protocol metrics (an older eval.json's): the table leaves their columns out.
-    plain = [{k: v for k, v in r.items() if k not in tracking.PROTOCOL_METRICS} for r in rows]
-    assert "global mm" not in "\n".join(tracking.format_suite("nominal", {"per_clip": plain,
-                                                                         "overall": tracking.overall(plain)}))
 
 
 def test_protocol_errors_split_whole_body_drift_from_the_pose():

@@ -43,7 +43,7 @@ def _check_args(args: argparse.Namespace) -> None:
         args.window_s = min(WINDOW_S, WINDOW_SHARE * args.hold_s)
     if not 0 < args.window_s <= args.hold_s or args.envs_per_command < 1:
         raise DeployError("need 0 < --window-s <= --hold-s and --envs-per-command >= 1")
-    if args.command and getattr(args, "commands", "nominal") != "nominal":
+    if args.command and args.commands != "nominal":
         raise DeployError(f"--command {args.command} and --commands {args.commands}: give one of the two")
     if args.push_vel < 0 or args.push_interval <= 0:
         raise DeployError("need --push-vel >= 0 (m/s) and --push-interval > 0 (s)")
@@ -115,14 +115,13 @@ def _rollout(args, policy, model, command, writer) -> dict:
         return {"suite": "nominal", "per_clip": rows}
     from unilab.tasks.g1_walk_flat.evaluation import suite_commands
 
-    which = getattr(args, "commands", "nominal")
-    commands = [command] if command else list(suite_commands(which))
+    commands = [command] if command else list(suite_commands(args.commands))
     settings = WalkSettings(args.hold_s, args.window_s, args.envs_per_command, args.push_vel, args.push_interval,
                             args.seed)
     rows = rollout(model, policy, commands, settings, on_floor=args.model != "ours", on_frame=on_frame,
                    progress=progress)
     suite = f"pushed {args.push_vel:g} m/s every {args.push_interval:g} s" if args.push_vel > 0 else "nominal"
-    if which == "slow" and not command:
+    if args.commands == "slow" and not command:
         suite = "slow" if args.push_vel == 0 else f"slow, {suite}"
     return {"suite": suite, "per_command": rows}
 

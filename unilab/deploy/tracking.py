@@ -190,7 +190,7 @@ def play_clip(model, policy, path: str, *, on_frame: Callable | None = None,
 
 
 def clip_row(name, frames, meta, tracked_bodies, fell, tracked, measured, body_sum, joint_sum, ori_sum,
-             frames_per_step, protocol: dict | None = None) -> dict:
+             frames_per_step, protocol: dict) -> dict:
     """eval's row of one clip played by one env."""
     to_track = frames - 1
     completion = min(round(tracked * frames_per_step), to_track) / to_track if fell else 1.0
@@ -201,13 +201,11 @@ def clip_row(name, frames, meta, tracked_bodies, fell, tracked, measured, body_s
         errs = (1000.0 * float(body.mean()), float(joints.mean()), ori_sum / measured)
     else:
         by_body, by_joint, errs = None, None, (None, None, None)
-    row = {"clip": name, "frames": int(frames), "completion": float(completion), "body_pos_error_mm": errs[0],
-           "joint_pos_error_rad": errs[1], "anchor_ori_error_rad": errs[2], "fall_fraction": float(fell),
-           "body_pos_error_mm_by_body": by_body, "joint_pos_error_rad_by_joint": by_joint}
-    if protocol is not None:  # as eval's rows: the global and root-relative means, success to the clip's end
-        def mm(key):
-            return 1000.0 * protocol[key] / measured if measured else None
+    def mm(key):  # the protocol's means, as eval's rows have them
+        return 1000.0 * protocol[key] / measured if measured else None
 
-        row.update({"global_body_pos_error_mm": mm("global"), "root_relative_body_pos_error_mm": mm("root_relative"),
-                    "success": float(not fell and protocol["worst"] <= SUCCESS_MAX_GLOBAL_M)})
-    return row
+    return {"clip": name, "frames": int(frames), "completion": float(completion), "body_pos_error_mm": errs[0],
+            "joint_pos_error_rad": errs[1], "anchor_ori_error_rad": errs[2], "fall_fraction": float(fell),
+            "body_pos_error_mm_by_body": by_body, "joint_pos_error_rad_by_joint": by_joint,
+            "global_body_pos_error_mm": mm("global"), "root_relative_body_pos_error_mm": mm("root_relative"),
+            "success": float(not fell and protocol["worst"] <= SUCCESS_MAX_GLOBAL_M)}

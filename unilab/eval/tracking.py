@@ -16,7 +16,7 @@ from typing import Any, Optional
 import torch
 
 # eval's names for the plain parts (unilab eval's table and report read them here)
-from unilab.tasks.g1_motion_tracking.evaluation import (BREAKDOWN, METRICS, PROTOCOL, PROTOCOL_METRICS,  # noqa: F401
+from unilab.tasks.g1_motion_tracking.evaluation import (BREAKDOWN, METRICS, PROTOCOL,  # noqa: F401
                                                        SUCCESS_MAX_GLOBAL_M, format_suite, overall, worst_parts)
 
 # The "off" value of randomisation settings whose off value is not simply zero or False.

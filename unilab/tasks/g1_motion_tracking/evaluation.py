@@ -16,10 +16,9 @@ BREAKDOWN = (("body_pos_error_mm_by_body", "body_pos", 1000.0), ("joint_pos_erro
 
 
 def overall(rows: list[dict]) -> dict:
-    """Means over the clips (a clip where no env tracked a single step has no errors; rows without the protocol's
-    metrics, as an older eval.json's, leave those None)."""
+    """Means over the clips (a clip where no env tracked a single step has no errors)."""
     def mean(key):
-        vals = [r[key] for r in rows if r.get(key) is not None]
+        vals = [r[key] for r in rows if r[key] is not None]
         return sum(vals) / len(vals) if vals else None
 
     def mean_by_part(key):
@@ -49,22 +48,14 @@ def format_suite(suite: str, result: dict, parts: int = 0) -> list[str]:
     def num(x, fmt):
         return "-" if x is None else fmt.format(x)
 
-    protocol = result["overall"].get("success") is not None  # rows of an older eval.json have none
-
     def line(name, r):
-        text = (f"  {name:<{width}} {100 * r['completion']:>9.1f}% {num(r['body_pos_error_mm'], '{:.1f}'):>12} "
+        return (f"  {name:<{width}} {100 * r['completion']:>9.1f}% {num(r['body_pos_error_mm'], '{:.1f}'):>12} "
                 f"{num(r['joint_pos_error_rad'], '{:.3f}'):>13} {num(r['anchor_ori_error_rad'], '{:.3f}'):>14} "
-                f"{100 * (r['fall_fraction'] or 0):>5.1f}%")
-        if protocol:
-            text += (f" {num(r.get('global_body_pos_error_mm'), '{:.1f}'):>9} "
-                     f"{num(r.get('root_relative_body_pos_error_mm'), '{:.1f}'):>11} "
-                     f"{100 * (r.get('success') or 0):>7.1f}%")
-        return text
+                f"{100 * (r['fall_fraction'] or 0):>5.1f}% {num(r['global_body_pos_error_mm'], '{:.1f}'):>9} "
+                f"{num(r['root_relative_body_pos_error_mm'], '{:.1f}'):>11} {100 * (r['success'] or 0):>7.1f}%")
 
-    head = f"  {'clip':<{width}} completion  body pos mm  joint pos rad  anchor ori rad  falls"
-    if protocol:
-        head += f"  global mm  root-rel mm  success (global <= {1000 * SUCCESS_MAX_GLOBAL_M:.0f} mm)"
-    lines = [f"\n[{suite}]", head]
+    lines = [f"\n[{suite}]", f"  {'clip':<{width}} completion  body pos mm  joint pos rad  anchor ori rad  falls"
+                              f"  global mm  root-rel mm  success (global <= {1000 * SUCCESS_MAX_GLOBAL_M:.0f} mm)"]
     for r in result["per_clip"]:
         lines += [line(r["clip"], r), *worst_parts(r, parts)]
     lines.append(line("mean", result["overall"]))
