@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 import os
 import random
+import secrets
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from unilab.exit_codes import EXIT_USAGE
@@ -61,14 +61,15 @@ def split_library(library: Path, out: Path, k: int | None, seed: int = 0, named:
         raise SplitError(f"--out {out}: {out.parent} is not a directory")
     try:
         files = motion_files(library)
-        load_motion_library(library)  # every clip readable, one rate, one set of bodies
+        names = list(load_motion_library(library).names)  # every clip readable, one rate, one set of bodies
     except MotionClipError as exc:
         raise SplitError(str(exc)) from None
-    names = [f.stem for f in files]
     held_out = choose_held_out(names, k, seed, named)
     record = {"schema": SPLIT_SCHEMA, "library": str(library.resolve()), "seed": None if named else seed,
               "held_out": held_out, "train": [n for n in names if n not in held_out]}
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    # Beside DIR (one file system: the rename is atomic); mkdir, not mkdtemp's 0700, so DIR gets the umask's mode.
+    staging = out.parent / f".{out.name}.{secrets.token_hex(8)}"
+    staging.mkdir()
     try:
         for part in ("train", "held_out"):
             (staging / part).mkdir()
