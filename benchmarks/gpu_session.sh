@@ -38,6 +38,7 @@
 #                                       of one segment per line of SPEC: NAME SECONDS OVERRIDE... ('#' comments;
 #                                       $CLIPS in a line: the imported clips, default ~/.cache/unilab/motions/imported;
 #                                       $LIFTED: the same lifted to the floor, default ~/.cache/unilab/motions/lifted;
+#                                       $SPLIT: a held-out split of them (unilab motion split), default ~/.cache/unilab/motions/split;
 #                                       overrides after `--` go to every run); then `wait`, then `evals`
 #   evals [--gpu G] [--envs-per-clip K] [NAME ...]
 #                                       `unilab eval` (tracking) of the `learn` runs of DIR (or the NAMEs) in parallel
@@ -81,6 +82,7 @@ S=${SESSION_DIR:-/tmp/session}
 LEARN_DIR=${LEARN_DIR:-/tmp/learn}
 CLIPS=${CLIPS:-$HOME/.cache/unilab/motions/imported}
 LIFTED=${LIFTED:-$HOME/.cache/unilab/motions/lifted}  # benchmarks/fetch_motions.py --lift-to-floor
+SPLIT=${SPLIT:-$HOME/.cache/unilab/motions/split}     # unilab motion split $CLIPS --held-out K --out $SPLIT
 DRY=${DRY_RUN:-0}
 while [ $# -gt 0 ]; do
   case $1 in
@@ -423,7 +425,7 @@ cmd_soak() {
 }
 
 SPEC_LINES=()
-read_spec() {  # SPEC -> SPEC_LINES (comments and blank lines dropped, $CLIPS and $LIFTED expanded); a bad spec exits 2
+read_spec() {  # SPEC -> SPEC_LINES (comments and blank lines dropped, $CLIPS, $LIFTED and $SPLIT expanded); a bad spec exits 2
   local spec=$1 line name secs
   [ -f "$spec" ] || die "batch SPEC: no spec file '$spec'"
   while IFS= read -r line || [ -n "$line" ]; do
@@ -431,8 +433,8 @@ read_spec() {  # SPEC -> SPEC_LINES (comments and blank lines dropped, $CLIPS an
     read -r name secs _ <<< "$line"
     [[ $name =~ ^[A-Za-z0-9_.-]+$ ]] || die "bad run name '$name' in $spec"
     [[ $secs =~ ^[0-9]+$ ]] || die "run $name in $spec: SECONDS must be a whole number, got '$secs'"
-    line=${line//\$CLIPS/$CLIPS}
-    SPEC_LINES+=("${line//\$LIFTED/$LIFTED}")
+    line=${line//\$CLIPS/$CLIPS}; line=${line//\$LIFTED/$LIFTED}
+    SPEC_LINES+=("${line//\$SPLIT/$SPLIT}")
   done < "$spec"
   [ ${#SPEC_LINES[@]} -gt 0 ] || die "$spec names no run"
 }

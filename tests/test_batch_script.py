@@ -53,7 +53,7 @@ FAKE_UNILAB = textwrap.dedent("""
 def session(tmp_path):
     (tmp_path / "train.py").write_text(FAKE_TRAIN)
     (tmp_path / "unilab.py").write_text(FAKE_UNILAB)
-    env = {**os.environ, "LEARN_DIR": str(tmp_path / "learn"), "CLIPS": "/clips", "LIFTED": "/lifted",
+    env = {**os.environ, "LEARN_DIR": str(tmp_path / "learn"), "CLIPS": "/clips", "LIFTED": "/lifted", "SPLIT": "/split",
            "PYTHON": sys.executable,
            "TRAIN": f"{sys.executable} {tmp_path / 'train.py'}", "UNILAB": f"{sys.executable} {tmp_path / 'unilab.py'}",
            "FAKE_LOG": str(tmp_path / "unilab_calls.log")}
@@ -73,13 +73,13 @@ def session(tmp_path):
 def test_runs_stop_at_their_times_and_the_summary_counts_rows_after_a_neighbours_stop(session):
     spec = session.path / "spec"
     spec.write_text("# two variants\nshort 2 task.motion_file=$CLIPS/a.npz\n\nlong 5 task.motion_file=$LIFTED/a.npz "
-                    "task.per_joint_gain=4\n")
+                    "task.per_joint_gain=4\nheld 2 task.motion_file=$SPLIT/train\n")
     session("batch", str(spec), "--algo", "flashsac", "--task", "g1_motion_tracking", "--envs", "64",
             "--", "task.rewards.weights.termination=-100")
     waited = session("wait", "60").stdout
     assert "learn_short: ended" in waited and "learn_long: ended" in waited
     out = session("evals").stdout
-    lines = {line.split(":")[0]: line for line in out.splitlines() if line.startswith(("short:", "long:"))}
+    lines = {line.split(":")[0]: line for line in out.splitlines() if line.startswith(("short:", "long:", "held:"))}
     assert "robust: completion 100.0 %" in lines["short"] and "rows after" not in lines["short"]
     after = int(lines["long"].split("|")[-1].split()[0])
     assert after >= 100  # rows of the two seconds after the short run's stop (+1 s), ten rows per 4 ms sleep
@@ -88,12 +88,13 @@ def test_runs_stop_at_their_times_and_the_summary_counts_rows_after_a_neighbours
     assert argv[-4:] == ["task.rewards.weights.termination=-100", "task.motion_file=/lifted/a.npz",
                          "task.per_joint_gain=4", "training.run.run_name=long"]
     assert "+execution=mps" in argv and "task.num_envs=64" in argv
+    assert "task.motion_file=/split/train" in json.loads((session.path / "learn" / "held" / "argv.json").read_text())
     curve = (session.path / "s" / "curves" / "long" / "metrics.jsonl").read_text().splitlines()
     full = (session.path / "learn" / "long" / "metrics.jsonl").read_text().splitlines()
     assert len(full) > 500 and len(curve) == 500 and curve[0] == full[0] and curve[-1] == full[-1]
     assert (session.path / "s" / "batch_summary.txt").read_text().splitlines() == list(lines.values())
     calls = (session.path / "unilab_calls.log").read_text().splitlines()
-    assert sum(c.startswith("eval ") and "--envs-per-clip 16" in c for c in calls) == 2
+    assert sum(c.startswith("eval ") and "--envs-per-clip 16" in c for c in calls) == 3
 
 
 def test_the_summary_names_a_log_with_a_fault_and_a_missing_report(tmp_path):
@@ -147,7 +148,8 @@ def test_each_committed_spec_composes(spec):
     assert len(set(names)) == len(names), names
     for name, secs, *overrides in runs:
         assert secs.isdigit() and int(secs) > 0, (name, secs)
-        overrides = [o.replace("$CLIPS", "/clips").replace("$LIFTED", "/lifted") for o in overrides]
+        overrides = [o.replace("$CLIPS", "/clips").replace("$LIFTED", "/lifted").replace("$SPLIT", "/split")
+                     for o in overrides]
         assert "$" not in " ".join(overrides), (name, overrides)
         cfg = composed(["algo=flashsac", "task=g1_motion_tracking", *overrides])
         for override in overrides:
