@@ -142,8 +142,8 @@ class G1WalkFlatEnv(TaskEnv):
         self.command_time_left -= self.dt
         self._resample_commands(self.command_time_left <= 0.0)
         rnd = self.cfg.randomization
-        self.since_push += self.dt
-        if rnd.push_interval_s is not None:
+        if rnd.push_interval_s is not None:  # without pushes since_push stays inf: the clock never pauses
+            self.since_push += self.dt
             dr.tick_pushes(self, self.push_time_left, rnd.push_interval_s, push=self._push)
 
     def _resample_commands(self, mask: torch.Tensor) -> None:
