@@ -60,32 +60,3 @@ def test_single_axis_commands_and_torso_term(env):
         env.step(torch.zeros(env.num_envs, 29))
     g = qm.projected_gravity(env.backend.xquat[:, env._torso_id])
     assert torch.allclose(env._reward_torso_orientation(), (g[:, :2] ** 2).sum(dim=1), atol=1e-5)
-
-
-def test_the_gait_clock_pauses_after_a_push_and_only_then(env):
-    rewards = env.cfg.rewards
-    env.reset()
-    env.push_time_left.fill_(100.0)  # no scheduled push inside the test
-    pushed = torch.tensor([True, True, True, False, False, False])
-    zero = torch.zeros(env.num_envs, 29)
-
-    def matched():
-        return (env.foot_contact == env._expected_stance()).float().sum(dim=1)
-
-    env.step(zero)
-    env._push(pushed)
-    assert torch.equal(env._reward_feet_contact(), matched())  # the default: the clock never pauses
-    try:
-        rewards.clock_pause_after_push_s = 0.1  # five control steps at 50 Hz
-        for _ in range(4):
-            env.step(zero)
-            reward = env._reward_feet_contact()
-            assert (reward[:3] == 0.0).all() and torch.equal(reward[3:], matched()[3:])
-        for _ in range(2):
-            env.step(zero)
-        assert torch.equal(env._reward_feet_contact(), matched()) and matched()[:3].sum() > 0
-        env._push(pushed)
-        env.reset()  # a new episode starts unpushed
-        assert torch.equal(env._reward_feet_contact(), matched())
-    finally:
-        rewards.clock_pause_after_push_s = 0.0

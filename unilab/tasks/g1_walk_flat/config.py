@@ -77,9 +77,6 @@ class RewardConfig:
     gait_period_s: float = 0.8
     stance_fraction: float = 0.55  # share of the gait cycle a foot should be on the ground
     swing_height: float = 0.08  # m, target foot clearance while swinging
-    # Seconds after a push for which the gait clock is off (feet_contact gives nothing): the recovery
-    # steps need not keep the clock's rhythm, nor both feet down under a zero command. 0: always on.
-    clock_pause_after_push_s: float = 0.0
     soft_joint_limit_factor: float = 0.9
     min_feet_distance: float = 0.15  # m, between the sole points in the ground plane
 
@@ -200,7 +197,6 @@ class G1WalkFlatConfig:
         number_in("task.rewards.gait_period_s", r.gait_period_s, 0, MAX_EPISODE_S, low_open=True)
         number_in("task.rewards.stance_fraction", r.stance_fraction, 0, 1, "a share of the gait cycle")
         non_negative("task.rewards.swing_height", r.swing_height, MAX_HEIGHT)
-        non_negative("task.rewards.clock_pause_after_push_s", r.clock_pause_after_push_s, MAX_EPISODE_S)
         number_in("task.rewards.soft_joint_limit_factor", r.soft_joint_limit_factor, 0, 1, low_open=True)
         non_negative("task.rewards.min_feet_distance", r.min_feet_distance, MAX_HEIGHT)
 

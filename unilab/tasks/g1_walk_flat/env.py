@@ -63,7 +63,6 @@ class G1WalkFlatEnv(TaskEnv):
 
         rnd = cfg.randomization
         self.push_time_left = torch.full((n,), math.inf, device=dev, dtype=f32)
-        self.since_push = torch.full((n,), math.inf, device=dev, dtype=f32)  # s; inf: not pushed this episode
         # Full push sizes; the curriculum scales them by a ramp of the step counter inside the step.
         self._push_speeds = torch.tensor([rnd.push_min_vel_xy, rnd.push_max_vel_xy], device=dev, dtype=f32)
         self._geom_friction = dr.per_world_friction(self) if rnd.friction_range is not None else None
@@ -142,8 +141,7 @@ class G1WalkFlatEnv(TaskEnv):
         self.command_time_left -= self.dt
         self._resample_commands(self.command_time_left <= 0.0)
         rnd = self.cfg.randomization
-        if rnd.push_interval_s is not None:  # without pushes since_push stays inf: the clock never pauses
-            self.since_push += self.dt
+        if rnd.push_interval_s is not None:
             dr.tick_pushes(self, self.push_time_left, rnd.push_interval_s, push=self._push)
 
     def _resample_commands(self, mask: torch.Tensor) -> None:
@@ -180,7 +178,6 @@ class G1WalkFlatEnv(TaskEnv):
         the push curriculum has reached."""
         speeds = self._push_speeds * self.push_scale
         dr.push_planar(self, due, speeds[0], speeds[1])
-        self.since_push.masked_fill_(due, 0.0)
 
     @property
     def push_scale(self) -> torch.Tensor:
@@ -212,7 +209,6 @@ class G1WalkFlatEnv(TaskEnv):
         if rnd.push_interval_s is not None:
             next_push = dr.push_intervals(self, rnd.push_interval_s)
             self.push_time_left.copy_(torch.where(mask, next_push, self.push_time_left))
-        self.since_push.masked_fill_(mask, math.inf)
         m1, m2 = mask[:, None], mask[:, None, None]
         self.foot_contact.copy_(torch.where(m1, True, self.foot_contact))
         self.foot_vel.masked_fill_(m2, 0.0)
@@ -334,10 +330,8 @@ class G1WalkFlatEnv(TaskEnv):
         return rk.squared_norm(self.backend.xmat[:, self._torso_id, 2, :2])
 
     def _reward_feet_contact(self) -> torch.Tensor:
-        """Number of feet whose contact state matches the gait clock (0-2); none while the clock is
-        paused after a push (rewards.clock_pause_after_push_s)."""
-        matched = (self.foot_contact == self._expected_stance()).float().sum(dim=1)
-        return matched * (self.since_push >= self.cfg.rewards.clock_pause_after_push_s)
+        """Number of feet whose contact state matches the gait clock (0-2)."""
+        return (self.foot_contact == self._expected_stance()).float().sum(dim=1)
 
     def _reward_feet_swing_height(self) -> torch.Tensor:
         err = (self.foot_pos[..., 2] - self.cfg.rewards.swing_height).square()
