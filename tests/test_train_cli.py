@@ -1031,3 +1031,15 @@ def test_plain_overrides_of_one_key_keep_hydras_last_wins():
                  ["--algo", "fastsac", "algo=flashsac"]):
         with pytest.raises(UsageError, match="chosen twice"):
             expand_short_form(args)
+
+
+def test_symmetry_needs_a_task_with_a_mirror(tmp_path, spies, capsys):
+    """algo.symmetry on a task without a left-right mirror: exit 2 before anything exists; on the walk it runs."""
+    log_dir = tmp_path / "runs"
+    code = run_train("algo=fastsac", "task=g1_motion_tracking", "algo.symmetry=true", f"training.run.log_dir={log_dir}")
+    assert code == 2 and "algo.symmetry=true: the task g1_motion_tracking has no left-right mirror" in capsys.readouterr().err
+    assert run_dirs(log_dir) == [] and spies[0].calls == []
+    assert run_train("algo=fastsac", "task=g1_walk_flat", "algo.symmetry=true", "training.run.device=cpu",
+                     f"training.run.log_dir={log_dir}") == 0
+    (run,) = run_dirs(log_dir)
+    assert json.loads((run / "run_config.json").read_text())["algo"]["symmetry"] is True

@@ -60,3 +60,35 @@ def test_single_axis_commands_and_torso_term(env):
         env.step(torch.zeros(env.num_envs, 29))
     g = qm.projected_gravity(env.backend.xquat[:, env._torso_id])
     assert torch.allclose(env._reward_torso_orientation(), (g[:, :2] ** 2).sum(dim=1), atol=1e-5)
+
+
+def test_the_observations_mirror_with_the_robot(env):
+    """Put every world into the mirror image of its state (body, command, gait clock, last action, contacts):
+    its observations are then the task's mirror map applied to the ones before (algo.symmetry)."""
+    from unilab.algos.symmetry import RowMirror
+
+    env.reset()
+    g = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        env.step(torch.rand(env.num_envs, 29, generator=g) * 0.6 - 0.3)
+    rows = RowMirror(env.mirror(), torch.device("cpu"))
+    before = torch.cat(env._policy_terms(), 1), torch.cat(env._policy_terms() + env._privileged_terms(), 1)
+
+    perm, sign = rows.maps["action"]
+    qpos, qvel = env.qpos.clone(), env.qvel.clone()
+    r, d = env.root_qpos_adr, env.root_dof_adr
+    qpos[:, r + 1] *= -1.0
+    qpos[:, [r + 4, r + 6]] *= -1.0  # the quaternion's x and z
+    qvel[:, d + 1] *= -1.0
+    qvel[:, [d + 3, d + 5]] *= -1.0  # the body-frame angular velocity's x and z
+    qpos[:, env._jq] = env.qpos[:, env._jq][:, perm] * sign
+    qvel[:, env._jd] = env.qvel[:, env._jd][:, perm] * sign
+    env.backend.reset_worlds(torch.ones(env.num_envs, dtype=torch.bool), qpos, qvel)
+    env.commands.mul_(torch.tensor([1.0, -1.0, -1.0]))
+    env.actions.copy_(env.actions[:, perm] * sign)
+    env.foot_contact.copy_(env.foot_contact.flip(1))
+    env.episode_length.add_(round(0.5 * env.cfg.rewards.gait_period_s / env.dt))  # half a gait cycle on
+    after = torch.cat(env._policy_terms(), 1), torch.cat(env._policy_terms() + env._privileged_terms(), 1)
+
+    assert torch.allclose(after[0], rows("obs", before[0]), atol=1e-4)
+    assert torch.allclose(after[1], rows("critic_obs", before[1]), atol=1e-4)

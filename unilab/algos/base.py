@@ -64,6 +64,7 @@ class OffPolicyLearner(ABC):
     policy_before_critic: bool = False
     replay: ReplayBuffer
     _graph: torch.cuda.CUDAGraph | None = None
+    _row_mirror: Any = None  # unilab.algos.symmetry.RowMirror, set by use_mirror
     _graph_metrics: Tensor | None = None
 
     def __init__(self, cfg: Any, obs_dim: int, critic_obs_dim: int, action_dim: int, device: torch.device, seed: int):
@@ -149,6 +150,18 @@ class OffPolicyLearner(ABC):
         """A copy of the policy as a module: obs -> deterministic action in [-1, 1], normaliser included."""
 
     # ------------------------------------------------------------------ data
+
+    def use_mirror(self, mirror: Any) -> None:
+        """Train on batches whose second half is mirrored with the task's `mirror` (a
+        `unilab.algos.symmetry.Mirror`; algo.symmetry). Call before the first update: the losses read it."""
+        from unilab.algos.symmetry import RowMirror
+
+        mirror.check(self.obs_dim, self.critic_obs_dim, self.action_dim)
+        self._row_mirror = RowMirror(mirror, self.device)
+
+    def _mirrored(self, rows: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Gathered replay rows as the losses train on them: half mirrored where `use_mirror` was called."""
+        return rows if self._row_mirror is None else self._row_mirror.mirror_half(rows)
 
     def add(self, batch: dict[str, Tensor]) -> None:
         """Append transitions (the fields of `unilab.algos.transition.TRANSITION_FIELDS`) to the replay and update the algorithm's running statistics with them."""
@@ -494,17 +507,23 @@ def _quiet_exporter():
 
 def make_learner(
     algo_cfg: Any, obs_dim: int, critic_obs_dim: int, action_dim: int, device: torch.device | str, seed: int,
-    *, num_envs: int = 0,
+    *, num_envs: int = 0, mirror: Any = None,
 ) -> OffPolicyLearner:
     """The learner of the typed algo config `algo_cfg` (`unilab.registry.instantiate`).
 
     num_envs: envs per env step of the rows that `add()` receives (tick-major). A learner whose config has
     a `num_envs` field (FlashSAC's return normaliser splits rows into env steps) gets it there; 0 leaves
     the config's value.
+    mirror: the task's `unilab.algos.symmetry.Mirror`, which a config with `symmetry` on needs.
     """
     from unilab.registry import implementation
 
     if num_envs and "num_envs" in {f.name for f in dataclasses.fields(algo_cfg)}:
         algo_cfg = dataclasses.replace(algo_cfg, num_envs=num_envs)
     cls = implementation("algo", algo_cfg.name)
-    return cls(algo_cfg, obs_dim, critic_obs_dim, action_dim, torch.device(device), seed)
+    learner = cls(algo_cfg, obs_dim, critic_obs_dim, action_dim, torch.device(device), seed)
+    if getattr(algo_cfg, "symmetry", False):
+        if mirror is None:
+            raise ValueError(f"algo.symmetry=true: {algo_cfg.name} needs the task's mirror map, and none was given")
+        learner.use_mirror(mirror)
+    return learner

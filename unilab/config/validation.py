@@ -191,6 +191,9 @@ def check_across_groups(typed: dict[str, Any]) -> None:
     """What one group's values mean under another's: the task's lengths (episode, clips) in the simulator's control
     steps, the envs against the simulator's array sizes, the replay against what the first update waits for."""
     algo, task, sim, training = (typed[key] for key in GROUP_KEYS)
+    if getattr(algo, "symmetry", False) and not getattr(task, "MIRRORED", False):
+        raise ValueError(f"algo.symmetry=true: the task {task.name} has no left-right mirror of its observations "
+                         "and actions; drop algo.symmetry, or train a task that has one (g1_walk_flat)")
     task.check_with_sim(sim)
     sizes.check_simulator_sizes(task, sim, training)
     sizes.check_first_update(algo, task, training)

@@ -113,8 +113,9 @@ class Collector:
             from unilab.tasks.common.metadata import env_description
 
             policy_env = env_description(env)
+        mirror = env.mirror() if getattr(self.spec.algo, "symmetry", False) else None
         self.to_learner.put(Buffers(dims, self.obs_buf, self.act_buf, self.slots, self.obs_ready.handle(),
-                                    [e.handle() for e in self.slot_ready], policy_env))
+                                    [e.handle() for e in self.slot_ready], policy_env, mirror))
         self.phase(f"collector: sized (observations {dims.obs_dim}, critic observations {dims.critic_obs_dim}, "
                    f"actions {dims.action_dim}); buffers shared with the learner; compiling the kernels")
 

@@ -154,7 +154,9 @@ class LearnerLoop:
 
         spec, dims, device, algo = self.spec, self.dims, self.device, self.spec.algo
         self.learner = make_learner(algo, dims.obs_dim, dims.critic_obs_dim, dims.action_dim, device, spec.seed,
-                                    num_envs=dims.num_envs)
+                                    num_envs=dims.num_envs, mirror=self.link.mirror)
+        if self.link.mirror is not None:
+            self.phase("learner: symmetry on: half of every batch mirrored left-right (algo.symmetry)")
         check_under_thread_share(device, "learner", shapes=weight_products(
             (self.learner.actor, self.learner.critic), self.learner.gemm_batches(dims.num_envs)))
         self.weights_record = weights_record(spec.config.values, dims)  # saved with each checkpoint

@@ -111,6 +111,7 @@ class Buffers:
     obs_ready: bytes | None  # interprocess event handles (None on the CPU)
     slot_ready: list
     policy_env: dict | None = None  # unilab.tasks.common.metadata.env_description: the metadata of an end-of-run export
+    mirror: Any = None  # unilab.algos.symmetry.Mirror: the task's left-right mirror, where algo.symmetry asks for it
 
 
 @dataclass(frozen=True)

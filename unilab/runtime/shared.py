@@ -79,6 +79,7 @@ class CollectorLink:
         buffers = mailbox.get(Buffers, phase="startup: waiting for the collector's environment", timeout_s=timeout_s)
         self.dims, self.obs, self.act, self.slots = buffers.dims, buffers.obs, buffers.act, buffers.slots
         self.policy_env = buffers.policy_env  # the env's description for policy.onnx (rank 0 exporting), else None
+        self.mirror = buffers.mirror  # the task's mirror map (algo.symmetry), else None
         self.obs_ready = CrossProcessEvent(device, buffers.obs_ready)
         self.slot_ready = [CrossProcessEvent(device, h) for h in buffers.slot_ready]
         self.act_ready = CrossProcessEvent(device)

@@ -29,6 +29,9 @@ class FastSACConfig(OffPolicyAlgoConfig):
     # Observations and critic observations are normalised by running statistics, then clipped to +-obs_clip.
     obs_normalization: bool = True
     obs_clip: float = 10.0
+    # Left-right symmetry: half of every sampled batch is mirrored with the task's mirror map
+    # (unilab.algos.symmetry), for tasks that have one (the walk). Off: the batch as sampled.
+    symmetry: bool = False
 
     # Deprecated: per-optimiser learning rates, superseded by `lr`. Where set (not null), each still sets
     # its optimiser's rate, so that older configs train as they did.

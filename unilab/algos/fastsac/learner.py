@@ -9,7 +9,8 @@ Choices worth knowing:
 - clipped double-Q in the target: per sample, the target critic whose expected value is smaller provides
   the whole next-state distribution;
 - the actor maximises the mean of the two critics' expected values (the min is already in the target);
-- AdamW with weight decay for actor and critic, none for log_alpha (decay would drag alpha towards 1).
+- AdamW with weight decay for actor and critic, none for log_alpha (decay would drag alpha towards 1);
+- with `symmetry`, half of each batch is mirrored left-right by the task's map (unilab.algos.symmetry).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ class FastSACLearner(OffPolicyLearner):
         """Cross-entropy of both critics against the projected target distribution (summed over the
         twins) on the replay rows `idx`, and the online critics' mean expected value."""
         cfg = self.cfg
-        b = gather_rows(data, idx)
+        b = self._mirrored(gather_rows(data, idx))
         next_obs = self.obs_norm(b["next_obs"])
         critic_obs, next_critic_obs = self.critic_obs_norm(b["critic_obs"]), self.critic_obs_norm(b["next_critic_obs"])
         with torch.no_grad():
@@ -97,7 +98,7 @@ class FastSACLearner(OffPolicyLearner):
     def _actor_loss(self, data: dict[str, Tensor], idx: Tensor, alpha: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """SAC actor loss on the mean of the twins' expected values (replay rows `idx`), the temperature's
         loss and the log-probs of the actions."""
-        b = gather_rows(data, idx, ("obs", "critic_obs"))
+        b = self._mirrored(gather_rows(data, idx, ("obs", "critic_obs")))
         obs, critic_obs = self.obs_norm(b["obs"]), self.critic_obs_norm(b["critic_obs"])
         with self._autocast():
             action, logp = self.actor.sample(obs)

@@ -396,6 +396,11 @@ class TaskEnv:
         """The policy observation's terms in order: (name, size, scale the raw quantity is multiplied by)."""
         return [("obs", int(self.obs_dim), 1.0)]
 
+    def mirror(self) -> Any:
+        """The task's left-right mirror of its observations and actions (unilab.algos.symmetry.Mirror), for
+        `algo.symmetry`; None: the task has none. A task that has one says so in its config (MIRRORED)."""
+        return None
+
     def deploy_description(self) -> dict:
         """The task's part of the exported metadata (unilab.tasks.common.metadata): each observation term's frame
         and unit (`observation_frames`, by name), `episode_start`, `model_builder` and, where the task has them,

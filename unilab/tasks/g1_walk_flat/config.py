@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from unilab.checks import at_least_one, integer_in, non_negative, number_in, one_of, ordered_pair
 from unilab.tasks.config_checks import (MAX_EPISODE_S, MAX_HEIGHT, MAX_SPEED, MAX_STD, check_control_steps,
@@ -133,6 +133,8 @@ class RandomizationConfig:
 
 @dataclass
 class G1WalkFlatConfig:
+    # The env has a left-right mirror of its observations and actions (G1WalkFlatEnv.mirror), for algo.symmetry.
+    MIRRORED: ClassVar[bool] = True
     name: str = "g1_walk_flat"
     num_envs: int = 4096
     episode_length_s: float = 20.0

@@ -268,15 +268,32 @@ class G1WalkFlatEnv(TaskEnv):
         widths = (o.ang_vel_noise, o.gravity_noise, o.joint_pos_noise, o.joint_vel_noise)
         return _sanitize(dr.noisy_concat(self, self._policy_terms(), widths, o.noise_scale), o.clip)
 
-    def _compute_critic_obs(self) -> torch.Tensor:
-        o = self.cfg.observations
-        privileged = [
-            self.base_lin_vel_b * o.lin_vel_scale,
+    def _privileged_terms(self) -> list[torch.Tensor]:
+        """What the critic sees beyond the policy's terms (critic_obs_layout names them)."""
+        return [
+            self.base_lin_vel_b * self.cfg.observations.lin_vel_scale,
             self.foot_contact.float(),
             self.foot_pos[..., 2],
             self.base_pos[:, 2:3],
         ]
-        return _sanitize(torch.cat(self._policy_terms() + privileged, dim=1), o.clip)
+
+    def critic_obs_layout(self) -> list[tuple[str, int]]:
+        names = ("base_lin_vel", "foot_contact", "foot_height", "base_height")
+        policy = [(n, w) for n, w, _ in self.policy_obs_layout()]
+        return policy + [(n, int(t.shape[-1])) for n, t in zip(names, self._privileged_terms(), strict=True)]
+
+    def mirror(self):
+        """The left-right mirror of the observations and actions (unilab.tasks.g1_walk_flat.symmetry)."""
+        from unilab.tasks.common.mirror import joint_mirror
+        from unilab.tasks.g1_walk_flat.symmetry import walk_mirror
+
+        joints = joint_mirror(self.cfg.build_model(), g1.G1_JOINT_NAMES)
+        policy = [(n, w) for n, w, _ in self.policy_obs_layout()]
+        return walk_mirror(policy, self.critic_obs_layout(), joints)
+
+    def _compute_critic_obs(self) -> torch.Tensor:
+        terms = self._policy_terms() + self._privileged_terms()
+        return _sanitize(torch.cat(terms, dim=1), self.cfg.observations.clip)
 
     # ------------------------------------------------------------- rewards
     def _reward_track_lin_vel_xy(self) -> torch.Tensor:
