@@ -157,3 +157,67 @@ def test_symmetry_without_a_map_is_refused():
     with pytest.raises(ValueError, match="observation mirror"):
         make_learner(_tiny(True), 97, 106, 29, "cpu", seed=0,
                      mirror=Mirror(VectorMirror((0,), (1.0,)), VectorMirror((0,), (1.0,)), VectorMirror((0,), (1.0,))))
+
+
+# ------------------------------------------------------------- a mirrored bandit: what the learner learns
+
+B_OBS, B_CRITIC, B_ACT, B_N = 8, 8, 3, 64
+# The mirror flips the first entry of the observation and of the action: a bandit whose best action's first
+# entry follows the sign of the observation's first entry is symmetric under it.
+B_MIRROR = Mirror(VectorMirror(tuple(range(B_OBS)), (-1.0,) + (1.0,) * (B_OBS - 1)),
+                  VectorMirror(tuple(range(B_CRITIC)), (-1.0,) + (1.0,) * (B_CRITIC - 1)),
+                  VectorMirror(tuple(range(B_ACT)), (-1.0, 1.0, 1.0)))
+
+
+def _best(obs: torch.Tensor) -> torch.Tensor:
+    return torch.stack((0.5 * obs[:, 0].sign(), torch.full_like(obs[:, 0], -0.3), torch.full_like(obs[:, 0], 0.2)), 1)
+
+
+def _one_sided_batch(lrn, gen: torch.Generator) -> dict:
+    """Every observation has a positive first entry: the robot is only ever pushed from one side."""
+    obs = torch.randn(B_N, B_OBS, generator=gen, device=gen.device)
+    obs[:, 0] = obs[:, 0].abs() + 0.5
+    action = lrn.act(obs)
+    reward = -(action - _best(obs)).square().sum(-1)
+    done = torch.ones(B_N, dtype=torch.bool, device=gen.device)
+    return dict(obs=obs, critic_obs=obs, action=action, reward=reward, next_obs=obs, next_critic_obs=obs,
+                terminated=done)
+
+
+def _trained(symmetry: bool, device: str = "cpu", **overrides):
+    from tiny_learners import FASTSAC
+
+    cfg = dataclasses.replace(FASTSAC, symmetry=symmetry, **overrides)
+    lrn = make_learner(cfg, B_OBS, B_CRITIC, B_ACT, device, seed=0, mirror=B_MIRROR if symmetry else None)
+    gen = torch.Generator(device).manual_seed(1)
+    for _ in range(150):
+        lrn.add(_one_sided_batch(lrn, gen))
+        if lrn.ready():
+            lrn.update()
+            lrn.publish_policy()
+    return lrn, gen
+
+
+def _other_side(lrn, gen) -> torch.Tensor:
+    obs = torch.randn(256, B_OBS, generator=gen, device=gen.device)
+    obs[:, 0] = -(obs[:, 0].abs() + 0.5)
+    return lrn.act(obs, deterministic=True)
+
+
+def test_a_mirrored_batch_teaches_the_side_never_seen():
+    """Trained only on one side, the learner with symmetry acts right on the other side too; without it, it
+    acts there as it learned to on the side it saw."""
+    with_mirror, gen = _trained(True)
+    greedy = _other_side(with_mirror, gen)
+    assert (greedy.mean(0) - torch.tensor([-0.5, -0.3, 0.2])).abs().max() < 0.1 and (greedy[:, 0] < 0).all(), greedy
+    without, gen = _trained(False)
+    assert _other_side(without, gen)[:, 0].mean() > 0.0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_mirrored_batch_under_the_compiled_cuda_graph():
+    lrn, gen = _trained(True, "cuda", cuda_graph=True, compile=True, bf16=True)
+    assert lrn._graph is not None
+    greedy = _other_side(lrn, gen)
+    assert (greedy.mean(0) - torch.tensor([-0.5, -0.3, 0.2], device="cuda")).abs().max() < 0.1, greedy.mean(0)
+    assert (greedy[:, 0] < 0).all()
