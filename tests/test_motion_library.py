@@ -142,6 +142,7 @@ def test_adaptive_sampling_concentrates_on_the_failing_bin():
     m = s.metrics(["a", "b", "c"])
     assert m["metrics/clip/a/failure_rate"] > 0.9 and m["metrics/clip/b/failure_rate"] == 0
     assert 0 < m["metrics/sampling/entropy"] < 1 and m["metrics/sampling/max_clip_share"] > 0.9
+    assert m["metrics/sampling/max_clip_index"] == 0  # clip a, where the failures were
 
 
 def test_blur_stays_inside_a_clip_and_failures_fade():
@@ -149,6 +150,7 @@ def test_blur_stays_inside_a_clip_and_failures_fade():
     # A failure in clip 1's first bin (index 2) lends no weight to clip 0's last bin (index 1).
     s.record(torch.tensor([1]), torch.tensor([101]), ended=torch.tensor([True]), failed=torch.tensor([True]))
     torch.testing.assert_close(s.probabilities(), torch.tensor([0.0, 0.0, 1.0, 0.0]))
+    assert s.metrics(["a", "b"])["metrics/sampling/max_clip_index"] == 1  # every start goes to clip b
     for _ in range(30):  # no failure any more: the smoothed rate decays towards zero
         s.record(torch.tensor([1]), torch.tensor([101]), ended=torch.tensor([True]), failed=torch.tensor([False]))
     assert s.bin_failure_rate.max() < 1e-8
@@ -159,7 +161,7 @@ def test_metrics_stay_bounded_with_many_clips():
     cfg = SamplingConfig()
     s = StartSampler([11] * n, [11 * i for i in range(n)], 50.0, cfg, torch.device("cpu"), torch.Generator())
     m = s.metrics([f"clip{i}" for i in range(n)])
-    assert len(m) == 4 and "metrics/clip_failure_rate_max" in m
+    assert len(m) == 5 and "metrics/clip_failure_rate_max" in m
     assert m["metrics/sampling/entropy"].item() == pytest.approx(1.0)
 
 

@@ -110,7 +110,8 @@ class StartSampler:
 
     def metrics(self, names) -> dict[str, torch.Tensor]:
         """Per-clip failure rates (up to MAX_CLIPS_LOGGED clips), the sampling entropy (1: uniform over
-        bins) and the largest share of starts any one clip gets."""
+        bins), the largest share of starts any one clip gets and which clip that is (its index in the
+        library, clips sorted by name: a library too large for per-clip rates still names it)."""
         p = self.probabilities()
         out: dict[str, torch.Tensor] = {}
         if len(names) <= MAX_CLIPS_LOGGED:
@@ -124,4 +125,5 @@ class StartSampler:
                                            else torch.ones_like(entropy))
         per_clip = torch.zeros(self.num_clips, device=self.device).index_add_(0, self.bin_clip, p)
         out["metrics/sampling/max_clip_share"] = per_clip.max()
+        out["metrics/sampling/max_clip_index"] = per_clip.argmax().float()
         return out
