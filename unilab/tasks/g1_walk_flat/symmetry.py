@@ -3,7 +3,8 @@ command and its gait clock are reflected through the robot's x-z plane (`algo.sy
 
 The G1 model's right side is built as the mirror image of its left (unilab.assets.g1), the rewards and
 the randomisation treat both sides alike, so the mirror of a transition is a transition the task could
-have produced. The gait clock swaps the feet by moving half a cycle: the right foot's phase is the left
+have produced. (The published figures put the waist's and the torso's centres of mass a fraction of a
+millimetre off the mid-plane; the mirror leaves that out.) The gait clock swaps the feet by moving half a cycle: the right foot's phase is the left
 one's plus 0.5, so the mirrored clock reads (-sin, -cos).
 """
 
