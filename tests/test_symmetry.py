@@ -184,13 +184,13 @@ def _one_sided_batch(lrn, gen: torch.Generator) -> dict:
                 terminated=done)
 
 
-def _trained(symmetry: bool, device: str = "cpu", **overrides):
+def _trained(symmetry: bool, device: str = "cpu", iterations: int = 100, **overrides):
     from tiny_learners import FASTSAC
 
     cfg = dataclasses.replace(FASTSAC, symmetry=symmetry, **overrides)
     lrn = make_learner(cfg, B_OBS, B_CRITIC, B_ACT, device, seed=0, mirror=B_MIRROR if symmetry else None)
     gen = torch.Generator(device).manual_seed(1)
-    for _ in range(150):
+    for _ in range(iterations):
         lrn.add(_one_sided_batch(lrn, gen))
         if lrn.ready():
             lrn.update()
@@ -216,7 +216,7 @@ def test_a_mirrored_batch_teaches_the_side_never_seen():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_a_mirrored_batch_under_the_compiled_cuda_graph():
-    lrn, gen = _trained(True, "cuda", cuda_graph=True, compile=True, bf16=True)
+    lrn, gen = _trained(True, "cuda", iterations=150, cuda_graph=True, compile=True, bf16=True)
     assert lrn._graph is not None
     greedy = _other_side(lrn, gen)
     assert (greedy.mean(0) - torch.tensor([-0.5, -0.3, 0.2], device="cuda")).abs().max() < 0.1, greedy.mean(0)
