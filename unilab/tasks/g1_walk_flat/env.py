@@ -287,7 +287,7 @@ class G1WalkFlatEnv(TaskEnv):
         from unilab.tasks.common.mirror import joint_mirror
         from unilab.tasks.g1_walk_flat.symmetry import walk_mirror
 
-        joints = joint_mirror(self.cfg.build_model(), g1.G1_JOINT_NAMES)
+        joints = joint_mirror(self.mj_model, g1.G1_JOINT_NAMES)
         policy = [(n, w) for n, w, _ in self.policy_obs_layout()]
         return walk_mirror(policy, self.critic_obs_layout(), joints)
 
