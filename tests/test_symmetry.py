@@ -10,6 +10,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiny_learners import FASTSAC
 
 from unilab.algos.base import make_learner
 from unilab.algos.fastsac.config import FastSACConfig
@@ -121,9 +122,7 @@ def test_a_map_that_is_not_its_own_inverse_is_refused():
 
 
 def _tiny(symmetry: bool) -> FastSACConfig:
-    return dataclasses.replace(FastSACConfig(), symmetry=symmetry, batch_size=8, actor_hidden_dim=16,
-                               critic_hidden_dim=16, num_atoms=11, replay_capacity=64, compile=False,
-                               cuda_graph=False, bf16=False)
+    return dataclasses.replace(FASTSAC, symmetry=symmetry)
 
 
 def test_the_learner_trains_on_a_half_mirrored_batch(joints):
@@ -185,8 +184,6 @@ def _one_sided_batch(lrn, gen: torch.Generator) -> dict:
 
 
 def _trained(symmetry: bool, device: str = "cpu", iterations: int = 100, **overrides):
-    from tiny_learners import FASTSAC
-
     cfg = dataclasses.replace(FASTSAC, symmetry=symmetry, **overrides)
     lrn = make_learner(cfg, B_OBS, B_CRITIC, B_ACT, device, seed=0, mirror=B_MIRROR if symmetry else None)
     gen = torch.Generator(device).manual_seed(1)
