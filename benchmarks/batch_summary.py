@@ -4,7 +4,7 @@ to copy off the GPU machine.
     python3 benchmarks/batch_summary.py SESSION_DIR LEARN_DIR NAME...
 
 Per run: iterations and env steps (its last metrics row), each eval suite's completion, body position error
-and falls (SESSION_DIR/eval_NAME.json), and, when other runs of the batch stopped before it, the metrics rows
+and falls (tracking) or velocity errors and falls (walk) (SESSION_DIR/eval_NAME.json), and, when other runs of the batch stopped before it, the metrics rows
 it wrote after the last of those stops: runs under one MPS daemon must keep training while neighbours stop.
 A run's stop is the time of its last metrics row. Logs holding a CUDA fault or a missing release are named.
 Writes SESSION_DIR/curves/NAME/metrics.jsonl (at most CURVE_ROWS rows, evenly spread, first and last kept)
@@ -29,12 +29,20 @@ def thinned(rows: list[dict], k: int = CURVE_ROWS) -> list[dict]:
     return [rows[i] for i in keep]
 
 
+def _num(x) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
 def eval_part(report: Path) -> str:
     if not report.exists():
         return f" | no eval report (see {report.with_suffix('.log').name})"
     out = ""
     for suite, result in json.loads(report.read_text())["suites"].items():
         o = result["overall"]
+        if "completion" not in o:  # a walk report: velocity errors per command, no clips
+            out += (f" | {suite}: lin {_num(o.get('lin_error'))} m/s, yaw {_num(o.get('yaw_error'))} rad/s, "
+                    f"falls {100 * (o.get('fall_fraction') or 0):.2f} %")
+            continue
         body = o.get("body_pos_error_mm")
         out += (f" | {suite}: completion {100 * o['completion']:.1f} %, body "
                 f"{'-' if body is None else f'{body:.0f}'} mm, falls {100 * o['fall_fraction']:.0f} %")

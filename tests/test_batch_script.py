@@ -112,6 +112,13 @@ def test_the_summary_names_a_log_with_a_fault_and_a_missing_report(tmp_path):
     a, b = out.stdout.splitlines()
     assert a == "a: 3 iterations, 64 env steps | no eval report (see eval_a.log)"
     assert b.endswith(f"| fault in {s / 'learn_b_1.log'}")
+    # A walk report has velocity errors where a tracking report has completion.
+    (s / "eval_a.json").write_text(json.dumps({"suites": {"nominal": {"overall": {
+        "lin_error": 0.1034, "yaw_error": None, "fall_fraction": 0.0018}}}}))
+    out = subprocess.run([sys.executable, str(summary), str(s), str(learn), "a"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["a: 3 iterations, 64 env steps | nominal: lin 0.103 m/s, yaw - rad/s, falls 0.18 %"]
     usage = subprocess.run([sys.executable, str(summary), str(s)], capture_output=True, text=True, timeout=60)
     assert usage.returncode == 2 and "SESSION_DIR LEARN_DIR NAME" in usage.stderr
 

@@ -248,7 +248,8 @@ def test_eval_writes_a_versioned_report_and_a_table(walk_run, capsys):
     for name, suite in report["suites"].items():
         assert [r["command"] for r in suite["per_command"]] == [list(c) for c in walk.suite_commands(name)]
         assert set(suite["overall"]) == {"lin_error", "yaw_error", "fall_fraction", "torque_share",
-                                         "combined_lin_error", "combined_fall_fraction", "max_fall_fraction"}
+                                         "combined_lin_error", "combined_fall_fraction", "max_fall_fraction",
+                                         "mirror_lin_gap", "mirror_yaw_gap"}
     table = capsys.readouterr().out
     assert "[nominal]" in table and "[robust]" in table and "[slow]" in table and "overall" in table
     # An older checkpoint, one suite, another file.

@@ -223,3 +223,16 @@ def test_a_mirrored_batch_under_the_compiled_cuda_graph():
     lrn, gen = _trained(True, "cuda", iterations=150, cuda_graph=True, compile=True, bf16=True)
     assert lrn._graph is not None
     _acts_right_on_the_other_side(_other_side(lrn, gen))
+
+
+def test_a_policy_trained_with_symmetry_loads_for_eval_play_and_export():
+    """The mirror is a training-time augmentation: eval, play and export build the learner without the task's
+    map, and the checkpoint's actor acts as it did."""
+    from unilab.runtime.play import fitted_learner
+
+    trained, gen = _trained(True, iterations=20)
+    state = {"learner": trained.state_dict()}
+    loaded = fitted_learner(dataclasses.replace(FASTSAC, symmetry=True), (B_OBS, B_CRITIC, B_ACT), state,
+                            "iter_0000020.pt", "bandit", "cpu", 0)
+    obs = torch.randn(32, B_OBS, generator=gen)
+    assert torch.allclose(loaded.act(obs, deterministic=True), trained.act(obs, deterministic=True))

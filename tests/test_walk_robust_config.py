@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from unilab.eval import walk
+from unilab.tasks.g1_walk_flat import evaluation
 from unilab.tasks.g1_walk_flat.config import CommandConfig, G1WalkFlatConfig, RandomizationConfig
 
 
@@ -45,6 +46,28 @@ def test_overall_reports_combined_commands_and_the_worst_fall_share():
     assert o["combined_lin_error"] == pytest.approx(0.3) and o["combined_fall_fraction"] == pytest.approx(0.125)
     assert o["max_fall_fraction"] == 0.5 and o["lin_error"] == pytest.approx(0.7 / 3)
     assert any(walk.is_combined(c) for c in walk.COMMAND_GRID) and (0.0, 0.25, 0.0) in walk.COMMAND_GRID
+
+
+def test_overall_reports_how_unevenly_mirror_image_commands_are_tracked():
+    def row(command, lin, yaw):
+        return {"command": list(command), "achieved": list(command), "lin_error": lin, "yaw_error": yaw,
+                "fall_fraction": 0.0, "torque_share": 0.1}
+
+    rows = [row((0.0, 0.4, 0.0), 0.05, 0.02), row((0.0, -0.4, 0.0), 0.21, 0.06),   # a pair: gaps 0.16, 0.04
+            row((0.5, 0.3, 0.5), 0.10, 0.10), row((0.5, -0.3, -0.5), 0.14, 0.30),  # a pair: gaps 0.04, 0.20
+            row((0.5, 0.0, 0.0), 0.9, 0.9), row((0.0, 0.0, 0.0), 0.9, 0.9),         # their own mirror images
+            row((0.5, 0.0, 0.8), 0.9, 0.9)]                                         # its mirror image not held
+    o = walk.overall(rows)
+    assert o["mirror_lin_gap"] == pytest.approx(0.10) and o["mirror_yaw_gap"] == pytest.approx(0.12)
+    rows[1]["lin_error"] = rows[1]["yaw_error"] = None  # every env fell on one side: that pair is not measured
+    o = walk.overall(rows)
+    assert o["mirror_lin_gap"] == pytest.approx(0.04) and o["mirror_yaw_gap"] == pytest.approx(0.20)
+    assert walk.overall(rows[4:])["mirror_lin_gap"] is None
+    assert "mirror-image pairs" in "\n".join(evaluation.format_suite("nominal", {"per_command": rows, "overall": o}))
+    # Each grid holds pairs for every axis a robot can get wrong one way: side steps and turns.
+    for grid in (walk.COMMAND_GRID, walk.SLOW_GRID):
+        pairs = {c for c in grid if evaluation.mirror_of(c) != c and evaluation.mirror_of(c) in grid}
+        assert any(c[1] for c in pairs) and any(c[2] for c in pairs)
 
 
 def test_the_preset_is_the_measured_recipe():

@@ -158,6 +158,8 @@ def fitted_learner(algo, sizes: tuple[int, int, int], state: dict, checkpoint, t
 
     from unilab.algos.base import make_learner
 
+    if getattr(algo, "symmetry", False):  # a training-time augmentation: acting needs no mirror map
+        algo = dataclasses.replace(algo, symmetry=False)
     learner = make_learner(algo, *sizes, torch.device(device), seed)
     try:
         learner.load_state_dict(state["learner"])

@@ -58,9 +58,30 @@ def is_combined(command) -> bool:
     return all(c != 0.0 for c in command)
 
 
+def mirror_of(command) -> tuple[float, float, float]:
+    """The command's mirror image through the robot's sagittal plane: side step and turn reversed."""
+    vx, vy, wz = command
+    return (vx, -vy + 0.0, -wz + 0.0)  # + 0.0: no negative zeros
+
+
+def mirror_gaps(rows: list[dict]) -> dict:
+    """How unevenly a policy tracks mirror-image commands (a symmetric robot could track both alike): the
+    mean |difference| of the linear and of the yaw error over the pairs of commands that both hold and that
+    were both measured. None where no such pair exists."""
+    by_command = {tuple(r["command"]): r for r in rows}
+    pairs = [(r, by_command[mirror_of(c)]) for c, r in by_command.items()
+             if mirror_of(c) != c and mirror_of(c) in by_command and c < mirror_of(c)]
+    measured = [(a, b) for a, b in pairs if a["lin_error"] is not None and b["lin_error"] is not None]
+
+    def gap(key):
+        return sum(abs(a[key] - b[key]) for a, b in measured) / len(measured) if measured else None
+
+    return {"mirror_lin_gap": gap("lin_error"), "mirror_yaw_gap": gap("yaw_error")}
+
+
 def overall(rows: list[dict]) -> dict:
-    """Means over the grid (commands where every env fell have no velocity error), and the linear error
-    and falls of the combined commands alone (vx, vy and wz all non-zero)."""
+    """Means over the grid (commands where every env fell have no velocity error), the linear error
+    and falls of the combined commands alone (vx, vy and wz all non-zero), and the mirror-image gaps."""
     def mean(key, subset=rows):
         vals = [r[key] for r in subset if r[key] is not None]
         return sum(vals) / len(vals) if vals else None
@@ -69,7 +90,7 @@ def overall(rows: list[dict]) -> dict:
     return {"lin_error": mean("lin_error"), "yaw_error": mean("yaw_error"),
             "fall_fraction": mean("fall_fraction"), "torque_share": mean("torque_share"),
             "combined_lin_error": mean("lin_error", combined), "combined_fall_fraction": mean("fall_fraction", combined),
-            "max_fall_fraction": max((r["fall_fraction"] for r in rows), default=None)}
+            "max_fall_fraction": max((r["fall_fraction"] for r in rows), default=None), **mirror_gaps(rows)}
 
 
 def _num(x, fmt="{:.3f}"):
@@ -94,6 +115,9 @@ def format_suite(suite: str, result: dict) -> list[str]:
     if o.get("combined_fall_fraction") is not None:  # only where the commands held some combined ones
         lines.append(f"  {'combined (vx, vy, wz all set)':<43} {_num(o.get('combined_lin_error')):>10} "
                      f"{'':>13} {100 * o['combined_fall_fraction']:>5.1f}%")
+    if o.get("mirror_lin_gap") is not None:
+        lines.append(f"  {'mirror-image pairs, |difference|':<43} {_num(o['mirror_lin_gap']):>10} "
+                     f"{_num(o['mirror_yaw_gap']):>13}")
     if o.get("max_fall_fraction") is not None:
         lines.append(f"  {'worst command falls':<43} {'':>10} {'':>13} {100 * o['max_fall_fraction']:>5.1f}%")
     return lines
