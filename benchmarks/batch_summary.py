@@ -4,8 +4,9 @@ to copy off the GPU machine.
     python3 benchmarks/batch_summary.py SESSION_DIR LEARN_DIR NAME...
 
 Per run: iterations and env steps (its last metrics row), each eval suite's completion, body position error
-and falls (tracking) or velocity errors and falls (walk) (SESSION_DIR/eval_NAME.json), and, when other runs of the batch stopped before it, the metrics rows
-it wrote after the last of those stops: runs under one MPS daemon must keep training while neighbours stop.
+and falls (tracking) or velocity errors and falls (walk) from SESSION_DIR/eval_NAME.json, and, when other runs
+of the batch stopped before it, the metrics rows it wrote after the last of those stops: runs under one MPS
+daemon must keep training while neighbours stop.
 A run's stop is the time of its last metrics row. Logs holding a CUDA fault or a missing release are named.
 Writes SESSION_DIR/curves/NAME/metrics.jsonl (at most CURVE_ROWS rows, evenly spread, first and last kept)
 and SESSION_DIR/batch_summary.txt (the printed lines).
