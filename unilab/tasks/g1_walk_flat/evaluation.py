@@ -69,8 +69,8 @@ def mirror_gaps(rows: list[dict]) -> dict:
     mean |difference| of the linear and of the yaw error over the pairs of commands that both hold and that
     were both measured. None where no such pair exists."""
     by_command = {tuple(r["command"]): r for r in rows}
-    pairs = [(r, by_command[mirror_of(c)]) for c, r in by_command.items()
-             if mirror_of(c) != c and mirror_of(c) in by_command and c < mirror_of(c)]
+    pairs = [(r, by_command[m]) for c, r in by_command.items()  # c < m: each pair once, no self-mirror
+             if (m := mirror_of(c)) in by_command and c < m]
     measured = [(a, b) for a, b in pairs if a["lin_error"] is not None and b["lin_error"] is not None]
 
     def gap(key):
