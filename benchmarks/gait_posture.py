@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 import numpy as np
@@ -89,6 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="write the reports here")
     args = ap.parse_args(argv)
     from unilab.deploy.policy import DeployError
+
+    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
+        print(f"gait_posture: --json {args.json}: no such directory", file=sys.stderr)
+        return 2
 
     try:
         reports = [posture(p, args.seconds) for p in args.policies]

@@ -56,3 +56,7 @@ def test_a_file_that_is_no_walk_policy_exits_2(tmp_path, capsys):
     bad.write_bytes(b"not onnx")
     assert gait_posture.main([str(bad)]) == 2
     assert "gait_posture:" in capsys.readouterr().err
+    from unilab.deploy.demo import shipped_policy
+
+    assert gait_posture.main([str(shipped_policy()), "--json", str(tmp_path / "no" / "p.json")]) == 2
+    assert "no such directory" in capsys.readouterr().err and not (tmp_path / "no").exists()
