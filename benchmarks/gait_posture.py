@@ -3,11 +3,13 @@ torso's pitch and roll, the pelvis height, how fast the legs move (mean |joint v
 ankles: near 0 where the robot stands still), and how the arms are carried (each shoulder and elbow joint's mean
 offset from the policy's default pose, and its swing: the standard deviation about that mean).
 
-    python benchmarks/gait_posture.py POLICY.onnx [POLICY.onnx ...] [--seconds S] [--json FILE]
+    python benchmarks/gait_posture.py POLICY.onnx [POLICY.onnx ...] [--seconds S] [--json FILE] [--picture FILE.png]
 
 Each leg is measured over its second half, after the change of command has settled. A held arm shows as an
 offset, an arm swinging against the legs as swing; `arm offset` and `arm swing` are the root mean square over
-the arm joints, `widest offset` names the joint held furthest from its default.
+the arm joints, `widest offset` names the joint held furthest from its default. `--picture` draws the robot
+from the front at the SNAPSHOTS below: one row per policy, one column per moment (it needs OpenGL, as `unilab
+demo --video` does).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ import numpy as np
 
 ARM_JOINTS = ("shoulder", "elbow")
 LEG_JOINTS = ("hip", "knee", "ankle")
+# (leg of the tour, share of its length): mid-stride at the fast walk, and the last stand after walking backward.
+SNAPSHOTS = (("walk forward at 1.0 m/s", 0.75), ("stand still", 1.0))
+TILE = (320, 360)  # width, height of one drawing
 
 
 def arm_carriage(q: np.ndarray, default: np.ndarray, names: list[str]) -> dict:
@@ -39,7 +44,8 @@ def tilt_deg(torso_xmat: np.ndarray) -> tuple[float, float]:
     return float(np.degrees(np.arctan2(z[0], z[2]))), float(np.degrees(np.arctan2(-z[1], z[2])))
 
 
-def posture(path: str, seconds: float | None = None) -> dict:
+def posture(path: str, seconds: float | None = None, snapshots: list | None = None) -> dict:
+    """The report of one policy; with `snapshots` (a list), the full qpos at each of SNAPSHOTS appended to it."""
     from unilab.deploy import model as models
     from unilab.deploy.demo import scaled_tour, walk_tour
     from unilab.deploy.policy import OnnxPolicy
@@ -56,10 +62,14 @@ def posture(path: str, seconds: float | None = None) -> dict:
     tour = scaled_tour(seconds)
     log = walk_tour(model, policy, tour, say=lambda _: None,
                     on_frame=lambda d: frames.append((d.qpos[qadr].copy(), d.xmat[torso].copy(), float(d.qpos[2]),
-                                                      float(np.abs(d.qvel[legs_v]).mean()))))
+                                                      float(np.abs(d.qvel[legs_v]).mean()), d.qpos.copy())))
     legs, start = [], 0
-    for leg in tour:
+    for i, leg in enumerate(tour):
         steps = int(round(leg.seconds / policy.meta["control_dt"]))
+        for label, share in SNAPSHOTS:
+            last = leg.label == label and all(later.label != label for later in tour[i + 1:])
+            if snapshots is not None and last:
+                snapshots.append(frames[start + max(0, min(steps, round(share * steps)) - 1)][4])
         half = frames[start + steps // 2:start + steps]
         start += steps
         tilts = np.array([tilt_deg(f[1]) for f in half])
@@ -69,6 +79,41 @@ def posture(path: str, seconds: float | None = None) -> dict:
                      "leg_speed_rad_s": float(np.mean([f[3] for f in half])),
                      **arm_carriage(np.array([f[0] for f in half]), default, names)})
     return {"policy": path, "falls": log.falls, "legs": legs}
+
+
+def picture(rows: list[list[np.ndarray]], policy_path: str, path: str) -> None:
+    """Each row's poses (full qpos of our G1, as the policy at `policy_path` walked it) drawn from the front, the
+    camera on the pelvis and turned with its heading, tiled into one PNG."""
+    import imageio.v3 as iio
+
+    from unilab.assets import look
+    from unilab.deploy import model as models
+    from unilab.deploy.policy import OnnxPolicy
+    from unilab.sim.headless import mujoco
+
+    walked, _ = models.build_model(OnnxPolicy(policy_path, tasks=("g1_walk_flat",)).meta, "ours")
+    model = look.render_model(walked, say=lambda _: None)
+    data, option = mujoco.MjData(model), look.scene_option(model)
+    renderer = mujoco.Renderer(model, height=TILE[1], width=TILE[0])
+    camera = mujoco.MjvCamera()
+    camera.type, camera.trackbodyid = mujoco.mjtCamera.mjCAMERA_TRACKING, 1  # the pelvis
+    camera.distance, camera.elevation = 2.6, -8.0
+    tiles = []
+    try:
+        for poses in rows:
+            drawn = []
+            for qpos in poses:
+                data.qpos[:] = qpos
+                mujoco.mj_forward(model, data)
+                w, x, y, z = qpos[3:7]
+                heading = np.degrees(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
+                camera.azimuth = heading + 180.0  # looking back at the robot's face
+                renderer.update_scene(data, camera=camera, scene_option=option)
+                drawn.append(renderer.render())
+            tiles.append(np.concatenate(drawn, axis=1))
+    finally:
+        renderer.close()
+    iio.imwrite(path, np.concatenate(tiles, axis=0))
 
 
 def table(report: dict) -> list[str]:
@@ -88,15 +133,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("policies", nargs="+", help="walk policies exported by `unilab export` (.onnx)")
     ap.add_argument("--seconds", type=float, default=None, help="the tour's length (default: as `unilab demo`)")
     ap.add_argument("--json", default=None, help="write the reports here")
+    ap.add_argument("--picture", default=None, help="draw each policy at the SNAPSHOTS into this PNG")
     args = ap.parse_args(argv)
     from unilab.deploy.policy import DeployError
 
-    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
-        print(f"gait_posture: --json {args.json}: no such directory", file=sys.stderr)
+    for flag, out in (("--json", args.json), ("--picture", args.picture)):
+        if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+            print(f"gait_posture: {flag} {out}: no such directory", file=sys.stderr)
+            return 2
+    if args.picture and not args.picture.lower().endswith(".png"):
+        print(f"gait_posture: --picture {args.picture}: give a .png file", file=sys.stderr)
         return 2
-
     try:
-        reports = [posture(p, args.seconds) for p in args.policies]
+        if args.picture:
+            from unilab.deploy.video import prepare
+
+            prepare()  # OpenGL and imageio, chosen before mujoco is first imported
+        rows: list[list] = [[] for _ in args.policies]
+        reports = [posture(p, args.seconds, row if args.picture else None) for p, row in zip(args.policies, rows)]
     except DeployError as exc:
         print(f"gait_posture: {exc}", file=sys.stderr)
         return 2
@@ -105,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(reports, f, indent=2)
+    if args.picture:
+        picture(rows, args.policies[0], args.picture)
+        print(f"gait_posture: wrote {args.picture} (rows: {', '.join(args.policies)}; columns: "
+              f"{', '.join(label for label, _ in SNAPSHOTS)})")
     return 0
 
 

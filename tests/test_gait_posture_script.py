@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import gait_posture  # noqa: E402
+
+SCRIPT = Path(gait_posture.__file__)
 
 NAMES = ["left_knee_joint", "left_shoulder_pitch_joint", "right_shoulder_pitch_joint", "right_elbow_joint"]
 
@@ -60,3 +63,28 @@ def test_a_file_that_is_no_walk_policy_exits_2(tmp_path, capsys):
 
     assert gait_posture.main([str(shipped_policy()), "--json", str(tmp_path / "no" / "p.json")]) == 2
     assert "no such directory" in capsys.readouterr().err and not (tmp_path / "no").exists()
+    assert gait_posture.main([str(shipped_policy()), "--picture", str(tmp_path / "p.jpg")]) == 2
+    assert "give a .png file" in capsys.readouterr().err and list(tmp_path.iterdir()) == [bad]
+
+
+def test_the_picture_has_a_row_per_policy_and_a_column_per_moment(tmp_path):
+    """Drawn in a process of its own: OpenGL is chosen before mujoco's first import."""
+    iio = pytest.importorskip("imageio.v3", reason="needs the video extra: pip install 'unilab[video]'")
+    from unilab.deploy.demo import shipped_policy
+    from unilab.viz.gl import render_problem
+
+    if render_problem():
+        pytest.skip(render_problem())
+    out = tmp_path / "arms.png"
+    policy = str(shipped_policy())
+    done = subprocess.run([sys.executable, str(SCRIPT), policy, policy, "--seconds", "4", "--picture", str(out)],
+                          capture_output=True, text=True, check=False, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    image = iio.imread(out)
+    width, height = gait_posture.TILE
+    assert image.shape[:2] == (2 * height, len(gait_posture.SNAPSHOTS) * width)
+    top, bottom = image[:height], image[height:]
+    # One policy twice: the same poses (OpenGL may draw a few edge pixels differently), while walking and standing
+    # are not one pose.
+    assert np.abs(top.astype(int) - bottom).mean() < 0.5
+    assert np.abs(top[:, :width].astype(int) - top[:, width:]).mean() > 2.0
