@@ -23,7 +23,8 @@ import numpy as np
 
 ARM_JOINTS = ("shoulder", "elbow")
 LEG_JOINTS = ("hip", "knee", "ankle")
-# (leg of the tour, share of its length): mid-stride at the fast walk, and the last stand after walking backward.
+# (leg of the tour, share of its length), in the tour's order (the picture's columns): mid-stride at the fast walk,
+# and the last stand, after walking backward.
 SNAPSHOTS = (("walk forward at 1.0 m/s", 0.75), ("stand still", 1.0))
 TILE = (320, 360)  # width, height of one drawing
 
@@ -66,9 +67,8 @@ def posture(path: str, seconds: float | None = None, snapshots: list | None = No
     legs, start = [], 0
     for i, leg in enumerate(tour):
         steps = int(round(leg.seconds / policy.meta["control_dt"]))
-        for label, share in SNAPSHOTS:
-            last = leg.label == label and all(later.label != label for later in tour[i + 1:])
-            if snapshots is not None and last:
+        for label, share in SNAPSHOTS if snapshots is not None else ():
+            if leg.label == label and all(later.label != label for later in tour[i + 1:]):  # its last leg
                 snapshots.append(frames[start + max(0, min(steps, round(share * steps)) - 1)][4])
         half = frames[start + steps // 2:start + steps]
         start += steps
