@@ -86,30 +86,23 @@ def picture(rows: list[list[np.ndarray]], policy_path: str, path: str) -> None:
     camera on the pelvis and turned with its heading, tiled into one PNG."""
     import imageio.v3 as iio
 
-    from unilab.assets import look
     from unilab.deploy import model as models
     from unilab.deploy.policy import OnnxPolicy
-    from unilab.sim.headless import mujoco
+    from unilab.viz.render import FrameRenderer
 
     walked, _ = models.build_model(OnnxPolicy(policy_path, tasks=("g1_walk_flat",)).meta, "ours")
-    model = look.render_model(walked, say=lambda _: None)
-    data, option = mujoco.MjData(model), look.scene_option(model)
-    renderer = mujoco.Renderer(model, height=TILE[1], width=TILE[0])
-    camera = mujoco.MjvCamera()
-    camera.type, camera.trackbodyid = mujoco.mjtCamera.mjCAMERA_TRACKING, 1  # the pelvis
+    renderer = FrameRenderer(walked, width=TILE[0], height=TILE[1])  # one world, the camera on the pelvis
+    camera = renderer.cameras[0]
     camera.distance, camera.elevation = 2.6, -8.0
     tiles = []
     try:
         for poses in rows:
             drawn = []
             for qpos in poses:
-                data.qpos[:] = qpos
-                mujoco.mj_forward(model, data)
                 w, x, y, z = qpos[3:7]
                 heading = np.degrees(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
                 camera.azimuth = heading + 180.0  # looking back at the robot's face
-                renderer.update_scene(data, camera=camera, scene_option=option)
-                drawn.append(renderer.render())
+                drawn.append(renderer.frame(qpos[None]))
             tiles.append(np.concatenate(drawn, axis=1))
     finally:
         renderer.close()
