@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from unilab.motion import MotionClip, MotionClipError, save_motion_clip
 from unilab.motion.library import load_motion_library
@@ -145,6 +147,64 @@ def test_adaptive_sampling_concentrates_on_the_failing_bin():
     assert m["metrics/sampling/max_clip_index"] == 0  # clip a, where the failures were
 
 
+def failing(rates, **kw) -> StartSampler:
+    """A sampler (one bin per blur, so the failure part is the rates normalised) with these bin rates."""
+    s = sampler(blur_bins=1, uniform_share=0.1, **kw)
+    s.bin_failure_rate.copy_(torch.tensor(rates))
+    return s
+
+
+def per_clip(p: torch.Tensor) -> torch.Tensor:
+    return torch.zeros(3).index_add_(0, torch.tensor([0, 0, 1, 2]), p)
+
+
+def test_clip_cap_moves_the_excess_to_the_other_failing_clips():
+    # Bins: clip 0 = bins 0, 1; clip 1 = bin 2; clip 2 = bin 3. Clip 0 has 80 % of the failures.
+    rates = [0.8, 0.0, 0.15, 0.05]
+    uncapped = failing(rates).probabilities()
+    capped = failing(rates, max_clip_share=0.5).probabilities()
+    floor = 0.1 * torch.tensor([1 / 6, 1 / 6, 1 / 3, 1 / 3])
+    torch.testing.assert_close(uncapped, floor + 0.9 * torch.tensor(rates))
+    # Clip 0 keeps 0.5; its 0.3 goes to clips 1 and 2 as 3:1, their own failure weights.
+    torch.testing.assert_close(capped, floor + 0.9 * torch.tensor([0.5, 0.0, 0.375, 0.125]))
+    assert per_clip(capped)[0] < per_clip(uncapped)[0]
+    clip, _ = failing(rates, max_clip_share=0.5).sample(30000)
+    share = torch.bincount(clip, minlength=3).float() / 30000
+    torch.testing.assert_close(share, per_clip(capped), atol=0.015, rtol=0)
+
+
+def test_clip_cap_gives_the_floor_what_no_failing_clip_can_take():
+    capped = failing([1.0, 0.5, 0.0, 0.0], max_clip_share=0.4).probabilities()
+    floor = torch.tensor([1 / 6, 1 / 6, 1 / 3, 1 / 3])
+    # Only clip 0 fails: 0.4 of the failure part stays with it, 0.6 joins the floor's 0.1.
+    torch.testing.assert_close(capped, 0.9 * torch.tensor([0.4 * 2 / 3, 0.4 / 3, 0, 0]) + (0.1 + 0.9 * 0.6) * floor)
+    assert capped.sum().item() == pytest.approx(1.0)
+    m = failing([1.0, 0.5, 0.0, 0.0], max_clip_share=0.4).metrics(["a", "b", "c"])
+    assert m["metrics/sampling/max_clip_share"].item() == pytest.approx(per_clip(capped)[0].item())
+
+
+@settings(max_examples=300, deadline=None)
+@given(rates=st.lists(st.just(0.0) | st.floats(1e-3, 1), min_size=4, max_size=4).filter(lambda r: sum(r) > 0),
+       cap=st.floats(0.05, 1.0))
+def test_clip_cap_holds_and_keeps_the_failing_clips_in_proportion(rates, cap):
+    s = failing(rates, max_clip_share=cap)
+    p = s.probabilities()
+    assert (p >= 0).all() and p.sum().item() == pytest.approx(1.0, abs=1e-5)
+    old = per_clip(torch.tensor(rates) / sum(rates))
+    new = per_clip(s._capped(torch.tensor(rates) / sum(rates), cap))
+    assert (new <= cap + 1e-5).all()
+    # Water-filling: every clip under the cap grew by the same factor (or kept all it had), and
+    # nothing was given away while a failing clip still had room.
+    free = (new < cap - 1e-5) & (old > 0)
+    if free.sum() > 1:
+        ratio = new[free] / old[free]
+        torch.testing.assert_close(ratio, ratio[:1].expand_as(ratio), atol=1e-4, rtol=1e-4)
+    if free.any():
+        assert new.sum().item() == pytest.approx(1.0, abs=1e-5)
+    if cap == 1.0:
+        torch.testing.assert_close(p, failing(rates).probabilities())
+
+
 def test_blur_stays_inside_a_clip_and_failures_fade():
     s = sampler(smoothing=0.5, blur=0.5, blur_bins=3, uniform_share=0.0)
     # A failure in clip 1's first bin (index 2) lends no weight to clip 0's last bin (index 1).
@@ -170,7 +230,8 @@ def test_sampling_config_is_checked():
 
     for bad, needle in ((dict(mode="greedy"), "task.sampling.mode='greedy'"), (dict(bin_s=0.0), "bin_s"),
                         (dict(uniform_share=1.5), "uniform_share"), (dict(smoothing=0.0), "smoothing"),
-                        (dict(blur_bins=0), "blur_bins")):
+                        (dict(blur_bins=0), "blur_bins"),
+                        (dict(max_clip_share=0.0), "max_clip_share"), (dict(max_clip_share=1.2), "max_clip_share")):
         with pytest.raises(ValueError, match=needle):
             G1MotionTrackingConfig(num_envs=2, sampling=SamplingConfig(**bad))
 

@@ -144,6 +144,7 @@ class SamplingConfig:
     mode: str = "adaptive"  # adaptive: failure-weighted bins; uniform: every start frame equally likely
     bin_s: float = 1.0  # seconds of clip per bin
     uniform_share: float = 0.1  # share of starts drawn from the floor (uniform over clips, then bins)
+    max_clip_share: float = 1.0  # most of the failure part one clip may take (1: no cap)
     smoothing: float = 0.001  # per-step weight of the newest failure counts in the bins' moving average
     blur: float = 0.8  # a failure in bin j also weighs bin j-k by blur**k ...
     blur_bins: int = 3  # ... for k < blur_bins, within the clip
@@ -158,6 +159,8 @@ def check_sampling(s: SamplingConfig) -> None:
     number_in("task.sampling.bin_s", s.bin_s, 0, MAX_EPISODE_S, "seconds of clip per bin", low_open=True)
     for key in ("uniform_share", "blur"):
         number_in(f"task.sampling.{key}", getattr(s, key), 0, 1)
+    number_in("task.sampling.max_clip_share", s.max_clip_share, 0, 1, "0 would start no episode from a failure",
+              low_open=True)
     number_in("task.sampling.smoothing", s.smoothing, 0, 1, "0 would never change the failure rates", low_open=True)
     integer_in("task.sampling.blur_bins", s.blur_bins, 1, 1000)
 

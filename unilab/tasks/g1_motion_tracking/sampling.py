@@ -11,8 +11,13 @@ where `blurred_rate[b] = sum_k blur^k rate[b + k]` over the next `blur_bins` bin
 (an episode that fails in bin j is best practised from a little before j), and the floor is uniform
 over the clips, then over each clip's start frames, so a short clip is not starved by long ones. The failure
 part is global over all bins: the policy's attention goes where it fails, whichever clip that is.
-While nothing has failed yet the floor alone is used. In `uniform` mode every start frame of the
-library is equally likely. The start frame is uniform inside the drawn bin.
+While nothing has failed yet the floor alone is used.
+
+With `max_clip_share` below 1 no clip takes more than that share of the failure part: a clip the
+policy cannot play (a fall-and-get-up, say) would otherwise draw nearly every start to itself and
+starve the clips it can learn. What a capped clip gives up goes to the other failing clips in
+proportion to their failure weight (water-filling, a fixed number of rounds); what no failing clip can
+take goes to the floor. In `uniform` mode every start frame of the library is equally likely. The start frame is uniform inside the drawn bin.
 
 Everything is fixed-shape tensor work on the env's generator (inverse-CDF sampling with
 `searchsorted`), so it runs inside the env's captured CUDA graph without a host read.
@@ -28,6 +33,10 @@ import torch
 # episodes: a metric only, quick enough to follow training.
 CLIP_RATE_SMOOTHING = 0.05
 MAX_CLIPS_LOGGED = 16  # beyond this only aggregates are logged (the collector keeps a bounded set of scalars)
+# Water-filling rounds of the per-clip cap: each round caps at least one more clip or ends the filling,
+# and a handful settles every library we have met; what is left over goes to the floor, so the cap
+# holds after any number of rounds.
+CAP_ROUNDS = 4
 
 
 class StartSampler:
@@ -77,9 +86,30 @@ class StartSampler:
             return self.floor
         weight = (self.bin_failure_rate[self.blur_index] * self.blur_weight).sum(dim=0)
         total = weight.sum()
+        failure = weight / total.clamp_min(1e-12)
+        cap = float(self.cfg.max_clip_share)
+        if cap < 1.0:
+            failure = self._capped(failure, cap)
         share = float(self.cfg.uniform_share)
-        mixed = (1.0 - share) * weight / total.clamp_min(1e-12) + share * self.floor
+        to_floor = share + (1.0 - share) * (1.0 - failure.sum())  # what the cap left over joins the floor
+        mixed = (1.0 - share) * failure + to_floor * self.floor
         return torch.where(total > 0, mixed, self.floor)
+
+    def _capped(self, failure: torch.Tensor, cap: float) -> torch.Tensor:
+        """`failure` (bins, summing to 1) with no clip above `cap`, the excess moved to the uncapped clips."""
+        for _ in range(CAP_ROUNDS):
+            per_clip = self._per_clip(failure)
+            over = per_clip >= cap * (1.0 - 1e-6)  # at the cap counts: a clip capped last round stays put
+            free = torch.where(over, torch.zeros_like(per_clip), per_clip).sum()
+            room = (1.0 - over.float().sum() * cap).clamp_min(0.0)
+            grow = torch.where(free > 0, room / free.clamp_min(1e-12), torch.ones_like(free))
+            scale = torch.where(over, cap / per_clip.clamp_min(1e-12), grow)
+            failure = failure * scale[self.bin_clip]
+        keep = (cap / self._per_clip(failure).clamp_min(1e-12)).clamp(max=1.0)  # the last round may overfill a clip
+        return failure * keep[self.bin_clip]
+
+    def _per_clip(self, p: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(self.num_clips, device=self.device).index_add_(0, self.bin_clip, p)
 
     def sample(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(n,) clip ids and (n,) start frames (indices into the concatenated library)."""
@@ -123,7 +153,7 @@ class StartSampler:
         entropy = -(p * torch.log(p.clamp_min(1e-12))).sum()
         out["metrics/sampling/entropy"] = (entropy / math.log(self.num_bins) if self.num_bins > 1
                                            else torch.ones_like(entropy))
-        per_clip = torch.zeros(self.num_clips, device=self.device).index_add_(0, self.bin_clip, p)
+        per_clip = self._per_clip(p)
         out["metrics/sampling/max_clip_share"] = per_clip.max()
         out["metrics/sampling/max_clip_index"] = per_clip.argmax().float()
         return out
