@@ -168,8 +168,9 @@ def run_sampler(target: str, out: Path, interval: float, duration: float | None,
                                        "interval_s": interval}}) + "\n")
         while os.path.exists(f"/proc/{root}") and (duration is None or time.monotonic() - started <= duration):
             row = sample(root, run_dir, nvml, started)
-            if row["procs"]:
-                f.write(json.dumps(row) + "\n")
+            if not any(p["pid"] == root for p in row["procs"].values()):
+                break  # the launcher has exited (a zombie not yet reaped has no RSS): what is left is not the run
+            f.write(json.dumps(row) + "\n")
             time.sleep(max(0.0, interval - (time.monotonic() - started) % interval))
     return 0
 

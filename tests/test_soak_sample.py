@@ -137,6 +137,22 @@ def test_report_without_samples_after_the_warmup_is_bad_input(tmp_path, capsys):
     assert "no sample after the warm-up" in capsys.readouterr().err
 
 
+def test_sampling_ends_when_the_launcher_is_gone_though_a_child_is_still_listed(tmp_path, monkeypatch):
+    """A launcher that has exited (or is a zombie, with no RSS) while its learner is still listed ends the
+    sampling: no row without the launcher is written."""
+    import os
+
+    root = os.getpid()  # alive throughout: only the rows say the launcher is gone
+    rows = iter([{"launcher": {"pid": root}, "learner": {"pid": 1}}, {"learner": {"pid": 1}},
+                 {"launcher": {"pid": root}}])
+    monkeypatch.setattr(soak, "resolve_target", lambda target: (root, None))
+    monkeypatch.setattr(soak, "sample", lambda *a: {"t": 0.0, "procs": next(rows)})
+    out = tmp_path / "s.jsonl"
+    assert soak.run_sampler(str(root), out, interval=0.01, duration=5) == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(lines) == 2 and set(lines[1]["procs"]) == {"launcher", "learner"}
+
+
 def test_with_a_train_command_it_starts_samples_and_stops_the_run(tmp_path):
     """The training (here tests/fake_job.py as a launcher) is started as a job, sampled once its run.lock names it,
     and stopped with SIGINT after --run-for; its console goes to --log."""
