@@ -14,10 +14,11 @@ part is global over all bins: the policy's attention goes where it fails, whiche
 While nothing has failed yet the floor alone is used.
 
 With `max_clip_share` below 1 no clip takes more than that share of the failure part: a clip the
-policy cannot play (a fall-and-get-up, say) would otherwise draw nearly every start to itself and
-starve the clips it can learn. What a capped clip gives up goes to the other failing clips in
-proportion to their failure weight (water-filling, a fixed number of rounds); what no failing clip can
-take goes to the floor. In `uniform` mode every start frame of the library is equally likely. The start frame is uniform inside the drawn bin.
+policy cannot play (in the 21-clip library, the crawl up a slope) would otherwise draw most starts to
+itself and starve the clips it can learn. What a capped clip gives up goes to the other failing clips
+in proportion to their failure weight (water-filling, a fixed number of rounds); what no failing clip
+can take goes to the floor. In `uniform` mode every start frame of the library is equally likely. The
+start frame is uniform inside the drawn bin.
 
 Everything is fixed-shape tensor work on the env's generator (inverse-CDF sampling with
 `searchsorted`), so it runs inside the env's captured CUDA graph without a host read.
@@ -33,9 +34,9 @@ import torch
 # episodes: a metric only, quick enough to follow training.
 CLIP_RATE_SMOOTHING = 0.05
 MAX_CLIPS_LOGGED = 16  # beyond this only aggregates are logged (the collector keeps a bounded set of scalars)
-# Water-filling rounds of the per-clip cap: each round caps at least one more clip or ends the filling,
-# and a handful settles every library we have met; what is left over goes to the floor, so the cap
-# holds after any number of rounds.
+# Water-filling rounds of the per-clip cap: a round either caps more clips (the growth of the others
+# pushed them over) or changes nothing. Leftovers after the last round go to the floor, so the cap
+# holds whatever the number of rounds; more rounds only hand less of the excess to the floor.
 CAP_ROUNDS = 4
 
 
