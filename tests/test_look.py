@@ -16,14 +16,23 @@ import pytest
 import tiny_wheel
 
 from unilab.assets import g1, look
+from unilab.kernel_cache import kernel_cache_env
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _keep_shared_kernels(monkeypatch) -> None:
+    """The compiled kernels stay in the session's shared cache while UNILAB_CACHE_DIR moves to a fresh one:
+    these tests are about the wheel's meshes, and a cold compile of the physics would cost a minute each."""
+    for var, path in kernel_cache_env().items():
+        monkeypatch.setenv(var, path)
 
 
 @pytest.fixture
 def wheel(tmp_path, monkeypatch):
     """The tiny wheel served through UNILAB_WHEEL_INDEX, fetched into a cache under tmp_path."""
     tiny_wheel.build(tmp_path / "index")
+    _keep_shared_kernels(monkeypatch)
     monkeypatch.setenv("UNILAB_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("UNILAB_WHEEL_INDEX", str(tmp_path / "index"))
     return tmp_path
@@ -33,6 +42,7 @@ def wheel(tmp_path, monkeypatch):
 def no_wheel(tmp_path, monkeypatch):
     """An empty index and an empty cache: the wheel cannot be had."""
     (tmp_path / "index").mkdir()
+    _keep_shared_kernels(monkeypatch)
     monkeypatch.setenv("UNILAB_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("UNILAB_WHEEL_INDEX", str(tmp_path / "index"))
     return tmp_path
