@@ -88,11 +88,12 @@ class StartSampler:
         weight = (self.bin_failure_rate[self.blur_index] * self.blur_weight).sum(dim=0)
         total = weight.sum()
         failure = weight / total.clamp_min(1e-12)
-        cap = float(self.cfg.max_clip_share)
-        if cap < 1.0:
-            failure = self._capped(failure, cap)
         share = float(self.cfg.uniform_share)
-        to_floor = share + (1.0 - share) * (1.0 - failure.sum())  # what the cap left over joins the floor
+        to_floor = share
+        cap = float(self.cfg.max_clip_share)
+        if cap < 1.0:  # without a cap the step's sampling does no more work than before the cap existed
+            failure = self._capped(failure, cap)
+            to_floor = share + (1.0 - share) * (1.0 - failure.sum())  # what the cap left over joins the floor
         mixed = (1.0 - share) * failure + to_floor * self.floor
         return torch.where(total > 0, mixed, self.floor)
 
