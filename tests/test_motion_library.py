@@ -260,3 +260,39 @@ def test_directory_with_a_bad_clip_fails_at_compose(tmp_path, monkeypatch, capsy
     from unilab.tasks.g1_motion_tracking.config import G1MotionTrackingConfig
 
     assert G1MotionTrackingConfig(num_envs=2, motion_file=str(clips)).motion_file == str(clips)
+
+
+def test_the_library_preset_is_the_measured_recipe():
+    """+preset=tracking_library pins what the tracking page measured, on either FlashSAC config; its run
+    length sets where the learning rate reaches its floor (the schedule follows max_iterations)."""
+    import math
+
+    from train_compose import composed
+
+    from unilab.algos.common import warmup_cosine
+
+    base = composed(["algo=flashsac", "task=g1_motion_tracking"])
+    assert base["task.sampling.max_clip_share"] == 1.0 and base["algo.actor_hidden_dim"] == 128
+    for algo in ("flashsac", "flashsac_g1_motion_tracking"):
+        cfg = composed([f"algo={algo}", "task=g1_motion_tracking", "+preset=tracking_library"])
+        assert cfg["task.sampling.max_clip_share"] == 0.1
+        assert (cfg["algo.actor_hidden_dim"], cfg["algo.critic_hidden_dim"], cfg["algo.batch_size"]) == (256, 512, 2048)
+        assert (cfg["algo.max_iterations"], cfg["algo.lr_decay_steps"], cfg["algo.lr_end"]) == (20000, 0, 3e-5)
+        end = cfg["algo.max_iterations"] * cfg["algo.updates_per_step"]
+        schedule = dict(init=cfg["algo.lr_init"], peak=cfg["algo.lr"], end=cfg["algo.lr_end"], warmup_steps=0,
+                        total_steps=end)
+        assert math.isclose(warmup_cosine(torch.tensor(end), **schedule).item(), 3e-5, rel_tol=1e-5)
+        assert warmup_cosine(torch.tensor(end // 2), **schedule).item() > 1e-4  # still decaying half-way
+
+
+def test_the_library_preset_names_its_key_when_the_algorithm_has_no_schedule(tmp_path, monkeypatch, capsys):
+    import unilab.launcher.launch as launch_mod
+    from unilab.cli.train import main as train_main
+
+    launched = []
+    monkeypatch.setattr(launch_mod, "launch", lambda *a, **k: launched.append(a))
+    with pytest.raises(SystemExit) as exc:
+        train_main(["--algo", "fastsac", "--task", "g1_motion_tracking", "+preset=tracking_library",
+                    "training.run.device=cpu", f"training.run.log_dir={tmp_path / 'runs'}"])
+    assert exc.value.code == 2 and "algo.lr_end: no such key" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists() and not launched
