@@ -31,6 +31,7 @@ from unilab.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, STATUS
 
 from . import packing
 from . import sweep as sweeps
+from .hydra_mode import mode_from_overrides
 from .short_form import UsageError, expand_short_form
 from .user_errors import CONF_DIR, user_error
 
@@ -205,7 +206,7 @@ def _run_app(app, overrides: list[str], job_pass: _Pass) -> None:
     _PASS = job_pass
     sweeps.set_current(None if job_pass.check_only else job_pass.sweep)
     try:
-        with _hydra_raises(overrides):
+        with _hydra_raises(overrides), mode_from_overrides():
             app()
     except KeyboardInterrupt:
         if job_pass.sweep is None:

@@ -1,0 +1,54 @@
+"""`train` gives Hydra its run mode from the command line (unilab/cli/hydra_mode.py): one composition per run, and the
+same mode Hydra's own look-up would find."""
+
+from __future__ import annotations
+
+import pytest
+
+from train_calls import run_dirs, run_train
+from unilab.cli.hydra_mode import mode_in
+
+
+@pytest.mark.parametrize("overrides, mode", [
+    ([], None),
+    (["training.run.seed=1"], None),
+    (["hydra.mode=MULTIRUN"], "MULTIRUN"),
+    (["hydra.mode=multirun"], "MULTIRUN"),
+    (["++hydra.mode=RUN"], "RUN"),
+    (["hydra.mode=RUN", "hydra.mode=MULTIRUN"], "MULTIRUN"),  # the last one wins, as in Hydra
+    (["hydra.mode=SOMETIMES"], None),  # not a mode: the composition that runs refuses it
+    (["hydra.modes=RUN"], None),
+])
+def test_the_mode_is_the_last_mode_override(overrides, mode):
+    assert mode_in(overrides) == mode
+
+
+@pytest.fixture
+def compositions(monkeypatch):
+    """How many times Hydra composes the whole config."""
+    from hydra._internal.hydra import Hydra
+
+    calls = []
+    original = Hydra.compose_config
+
+    def counted(self, *args, **kwargs):
+        calls.append(kwargs.get("run_mode"))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Hydra, "compose_config", counted)
+    return calls
+
+
+def test_a_run_composes_its_config_once(tmp_path, spies, compositions):
+    assert run_train("training.run.device=cpu", f"training.run.log_dir={tmp_path / 'runs'}") == 0
+    assert len(compositions) == 1 and len(run_dirs(tmp_path / "runs")) == 1
+
+
+def test_a_mode_override_still_sweeps_and_a_bad_key_still_fails(tmp_path, spies, compositions, capsys):
+    """`hydra.mode=MULTIRUN` without -m is a sweep (Hydra read it from the config before); a bad key is refused
+    by the composition that runs, as when Hydra's look-up swallowed it."""
+    assert run_train("hydra.mode=MULTIRUN", "training.run.device=cpu", "training.run.seed=1,2",
+                     f"training.run.log_dir={tmp_path / 'runs'}") == 0
+    assert len(run_dirs(tmp_path / "runs")) == 2 and len(spies[0].calls) == 2
+    assert run_train("training.run.device=cpu", "training.bogus=1", f"training.run.log_dir={tmp_path / 'bad'}") == 2
+    assert "bogus" in capsys.readouterr().err and not (tmp_path / "bad").exists()
