@@ -82,7 +82,8 @@ def test_the_learners_checkpoints_load_as_plain_data(tmp_path):
     from unilab.algos.transition import transition_shapes
 
     for name in ("fastsac", "flashsac", "warpsac"):
-        algo = instantiate("algo", {"name": name, "replay_capacity": 64, "batch_size": 8, "learning_starts": 1})
+        algo = instantiate("algo", {"name": name, "replay_capacity": 64, "batch_size": 8, "learning_starts": 1,
+                                     "actor_hidden_dim": 32, "critic_hidden_dim": 32})
         learner = make_learner(algo, 6, 7, 3, "cpu", 0, num_envs=8)
         for _ in range(2):
             learner.add({k: torch.randn(8, *shape) for k, shape in transition_shapes(6, 7, 3).items()})

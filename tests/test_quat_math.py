@@ -22,7 +22,7 @@ def test_quat_mul_matches_mujoco_and_broadcasts():
         np.testing.assert_allclose(ours[i].numpy(), ref, atol=1e-12)
     grid = qm.quat_mul(a[:4, None], b[None, :3])  # (4, 1, 4) x (1, 3, 4)
     assert grid.shape == (4, 3, 4)
-    torch.testing.assert_close(grid[2, 1], ours.new_tensor(qm.quat_mul(a[2], b[1])))
+    torch.testing.assert_close(grid[2, 1], torch.as_tensor(qm.quat_mul(a[2], b[1]), dtype=ours.dtype))
 
 
 def test_rotation_matrix_and_its_first_columns_match_mujoco():
