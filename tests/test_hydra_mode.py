@@ -52,3 +52,18 @@ def test_a_mode_override_still_sweeps_and_a_bad_key_still_fails(tmp_path, spies,
     assert len(run_dirs(tmp_path / "runs")) == 2 and len(spies[0].calls) == 2
     assert run_train("training.run.device=cpu", "training.bogus=1", f"training.run.log_dir={tmp_path / 'bad'}") == 2
     assert "bogus" in capsys.readouterr().err and not (tmp_path / "bad").exists()
+
+
+def test_no_config_file_sets_the_mode():
+    """What the look-up relies on: only an override can name the mode, so no file of conf/ may set it."""
+    from pathlib import Path
+
+    import yaml
+
+    from unilab.cli.user_errors import CONF_DIR
+
+    files = sorted(Path(CONF_DIR).rglob("*.yaml"))
+    assert len(files) > 5
+    for path in files:
+        data = yaml.safe_load(path.read_text()) or {}
+        assert "mode" not in (data.get("hydra") or {}), path

@@ -2,8 +2,8 @@
 
 Before it runs an app, Hydra composes the entire config once only to read `hydra.mode`, then composes it again
 to run. `train`'s config files never set `hydra.mode` (conf/train.yaml), so only an override can: reading it
-from the overrides gives Hydra the same answer and saves a third of `train`'s start-up. Where Hydra no longer
-has the method this replaces, it is left alone.
+from the overrides gives Hydra the same answer and spares one of the two compositions of every `train`. Where
+Hydra no longer has the method this replaces, it is left alone.
 """
 
 from __future__ import annotations
