@@ -285,14 +285,10 @@ def test_the_library_preset_is_the_measured_recipe():
         assert warmup_cosine(torch.tensor(end // 2), **schedule).item() > 1e-4  # still decaying half-way
 
 
-def test_the_library_preset_names_its_key_when_the_algorithm_has_no_schedule(tmp_path, monkeypatch, capsys):
-    import unilab.launcher.launch as launch_mod
-    from unilab.cli.train import main as train_main
+def test_the_library_preset_names_its_key_when_the_algorithm_has_no_schedule(tmp_path, spies, capsys):
+    from train_calls import run_train
 
-    launched = []
-    monkeypatch.setattr(launch_mod, "launch", lambda *a, **k: launched.append(a))
-    with pytest.raises(SystemExit) as exc:
-        train_main(["--algo", "fastsac", "--task", "g1_motion_tracking", "+preset=tracking_library",
-                    "training.run.device=cpu", f"training.run.log_dir={tmp_path / 'runs'}"])
-    assert exc.value.code == 2 and "algo.lr_end: no such key" in capsys.readouterr().err
-    assert not (tmp_path / "runs").exists() and not launched
+    assert run_train("--algo", "fastsac", "--task", "g1_motion_tracking", "+preset=tracking_library",
+                     "training.run.device=cpu", f"training.run.log_dir={tmp_path / 'runs'}") == 2
+    assert "algo.lr_end: no such key" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists() and spies[0].calls == []

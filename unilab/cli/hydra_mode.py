@@ -21,7 +21,8 @@ def mode_in(overrides: list[str]) -> Optional[str]:
     for arg in overrides:
         key, eq, value = arg.lstrip("+").partition("=")
         if eq and key == MODE_KEY:
-            mode = value.strip().upper() if value.strip().upper() in ("RUN", "MULTIRUN") else None
+            named = value.strip().upper()
+            mode = named if named in ("RUN", "MULTIRUN") else None
     return mode
 
 

@@ -31,7 +31,7 @@ from unilab.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, STATUS
 
 from . import packing
 from . import sweep as sweeps
-from .hydra_mode import mode_from_overrides
+from .hydra_mode import mode_from_overrides, mode_in
 from .short_form import UsageError, expand_short_form
 from .user_errors import CONF_DIR, user_error
 
@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     dry_run = "--dry-run" in argv
     argv = [a for a in argv if a != "--dry-run"]
-    multirun = any(a in ("-m", "--multirun") or a.lower() == "hydra.mode=multirun" for a in argv)
+    multirun = any(a in ("-m", "--multirun") for a in argv) or mode_in(argv) == "MULTIRUN"  # as Hydra will read it
     try:
         if dry_run and not multirun:
             raise UsageError("--dry-run lists the jobs of a sweep: train -m ... --dry-run")
