@@ -31,7 +31,7 @@ from unilab.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, STATUS
 
 from . import packing
 from . import sweep as sweeps
-from .hydra_mode import mode_from_overrides, mode_in
+from .hydra_compose_once import jobs_composed_by_the_launcher, mode_from_overrides, mode_in
 from .short_form import UsageError, expand_short_form
 from .user_errors import CONF_DIR, user_error
 
@@ -245,8 +245,10 @@ def _checked_sweep(app, overrides: list[str], dry_run: bool) -> None:
         print(f"unilab: invalid configuration\n  {exc}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE) from None
     checked = sweeps.Sweep(swept_keys=sweeps.sweep_keys(overrides), dry_run=dry_run)
-    # The check pass validates each job here, one after the other, whatever launcher runs them after.
-    with _scratch_sweep_dir(packing.without_launcher(overrides) if packed else overrides) as check_overrides:
+    # The check pass composes and validates each job here, one after the other, whatever launcher runs them
+    # after; so neither pass needs the sweeper's own early composition of every job.
+    with _scratch_sweep_dir(packing.without_launcher(overrides) if packed else overrides) as check_overrides, \
+            jobs_composed_by_the_launcher():
         _run_app(app, check_overrides, _Pass(sweep=checked, check_only=True))
     if checked.interrupted:
         raise SystemExit(EXIT_INTERRUPTED)
@@ -264,7 +266,8 @@ def _checked_sweep(app, overrides: list[str], dry_run: bool) -> None:
     if dry_run:
         return
     sweep = sweeps.Sweep(swept_keys=checked.swept_keys)
-    _run_app(app, overrides, _Pass(sweep=sweep))
+    with jobs_composed_by_the_launcher():
+        _run_app(app, overrides, _Pass(sweep=sweep))
     sweeps.print_summary(sweep)
     code = sweep.exit_code()
     if code:

@@ -1,12 +1,13 @@
-"""`train` gives Hydra its run mode from the command line (unilab/cli/hydra_mode.py): one composition per run, and the
-same mode Hydra's own look-up would find."""
+"""Where Hydra composes a config twice, `train` has it compose once (unilab/cli/hydra_compose_once.py): one
+composition per run, with the mode Hydra's own look-up would find; and each job of a sweep composed once per pass,
+with the same refusals."""
 
 from __future__ import annotations
 
 import pytest
 
 from train_calls import run_dirs, run_train
-from unilab.cli.hydra_mode import mode_in
+from unilab.cli.hydra_compose_once import mode_in
 
 
 @pytest.mark.parametrize("overrides, mode", [
@@ -67,3 +68,39 @@ def test_no_config_file_sets_the_mode():
     for path in files:
         data = yaml.safe_load(path.read_text()) or {}
         assert "mode" not in (data.get("hydra") or {}), path
+
+
+@pytest.fixture
+def job_compositions(monkeypatch):
+    """The overrides of each job Hydra composes in a sweep."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    calls = []
+    original = ConfigLoaderImpl.load_sweep_config
+
+    def counted(self, master_config, sweep_overrides):
+        calls.append(list(sweep_overrides))
+        return original(self, master_config, sweep_overrides)
+
+    monkeypatch.setattr(ConfigLoaderImpl, "load_sweep_config", counted)
+    return calls
+
+
+def test_a_sweep_composes_each_job_once_per_pass(tmp_path, spies, job_compositions):
+    """The check pass composes and validates every job, then the run pass launches them: each job is composed
+    twice in all, not four times (the sweeper's early look at every batch is the check pass)."""
+    assert run_train("-m", "training.run.device=cpu", "training.run.seed=1,2",
+                     f"training.run.log_dir={tmp_path / 'runs'}") == 0
+    assert len(run_dirs(tmp_path / "runs")) == 2 and len(spies[0].calls) == 2
+    seeds = sorted(o for job in job_compositions for o in job if o.startswith("training.run.seed="))
+    assert seeds == ["training.run.seed=1"] * 2 + ["training.run.seed=2"] * 2
+
+
+def test_a_job_that_does_not_compose_late_in_a_sweep_refuses_the_sweep(tmp_path, spies, capsys):
+    """Without the sweeper's early look, the job that fails to compose still fails in the check pass: exit 2,
+    the option named, no job launched and nothing created, though the jobs before it composed."""
+    log_dir = tmp_path / "runs"
+    assert run_train("-m", "training.run.device=cpu", "+preset=cpu_smoke,no_such_preset",
+                     f"training.run.log_dir={log_dir}") == 2
+    assert "no_such_preset" in capsys.readouterr().err
+    assert spies[0].calls == [] and not log_dir.exists()
