@@ -20,6 +20,10 @@ os.environ.setdefault("UNILAB_CACHE_DIR", str(Path(tempfile.gettempdir()) / f"un
 _NO_WHEELS = Path(tempfile.gettempdir()) / f"unilab-test-no-wheels-{os.getuid()}"
 _NO_WHEELS.mkdir(exist_ok=True)
 os.environ.setdefault("UNILAB_WHEEL_INDEX", str(_NO_WHEELS))
+# One OpenMP thread in the processes the tests start (train, its collector and learner, the tools), as in the test
+# processes themselves (_one_torch_thread): with two workers busy, a child's second thread only takes turns with
+# the other worker's tests.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 SMOKE_WALK = ["+preset=cpu_smoke", "task.num_envs=8", "training.outputs.logger=[]", "algo.max_iterations=6",
               "algo.save_interval=3", "training.outputs.no_play=true"]  # play is tested in test_runtime.py
