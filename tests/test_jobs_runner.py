@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from unilab.jobs import runner
 from unilab.jobs.runner import JobProcess, interrupts, job_status, summary_status
 from unilab.processes import stat_fields
 
@@ -83,9 +84,10 @@ def test_a_job_that_ignores_the_stop_is_killed_with_its_group_after_the_grace(tm
     assert summary_status(run) is None and job_status(run, job.returncode) == "exit -9"
 
 
-def test_a_second_interrupt_during_the_grace_ends_the_job_at_once(tmp_path):
+def test_a_second_interrupt_during_the_grace_ends_the_job_at_once(tmp_path, monkeypatch):
     """The gate's promise: a second Ctrl-C while a stopped job winds down does not wait out the grace period; the
-    job gets SIGTERM, then SIGKILL (end_child's grace)."""
+    job gets SIGTERM, then SIGKILL (a short grace of its own)."""
+    monkeypatch.setattr(runner, "INSIST_GRACE_S", 0.5)
     run = tmp_path / "run"
     job = JobProcess([*FAKE, str(run), "--ignore", "--alone"], grace_s=BOUND_S * 10)
     _pids(run)

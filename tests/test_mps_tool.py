@@ -138,7 +138,7 @@ def test_stop_waits_for_a_daemon_slow_to_take_quit(tool, capsys, monkeypatch):
     from unilab.mps import daemon
 
     monkeypatch.setattr(daemon, "QUIT_ANSWER_S", 0.3)
-    tool.env["FAKE_MPS_QUIT_DELAY"] = "1.5"
+    tool.env["FAKE_MPS_QUIT_DELAY"] = "0.8"
     assert run("start") == 0
     pid = tool.state()["daemon_pid"]
     capsys.readouterr()
@@ -146,7 +146,7 @@ def test_stop_waits_for_a_daemon_slow_to_take_quit(tool, capsys, monkeypatch):
     assert "stopped the control daemon" in capsys.readouterr().err
     assert not alive(pid) and not (tool.base() / STATE_FILE).exists()
 
-    tool.env["FAKE_MPS_QUIT_DELAY"] = "4"
+    tool.env["FAKE_MPS_QUIT_DELAY"] = "2.5"
     assert run("start") == 0
     pid = tool.state()["daemon_pid"]
     capsys.readouterr()

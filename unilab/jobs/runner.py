@@ -30,6 +30,7 @@ from unilab.rundir.layout import SUMMARY_FILE
 
 STOP_GRACE_S = 120.0  # a job told to stop ends its run and writes its summary within this, or it is killed
 RELAY_JOIN_S = 10.0  # the relay of a job that ended has its last lines by then
+INSIST_GRACE_S = 5.0  # after a second interrupt: SIGTERM, then SIGKILL this much later
 
 
 class JobProcess:
@@ -87,7 +88,7 @@ class JobProcess:
             try:
                 end_child(self.proc, self.grace_s if grace_s is None else grace_s, first=signum, group=True)
             except KeyboardInterrupt:
-                end_child(self.proc, group=True)
+                end_child(self.proc, INSIST_GRACE_S, group=True)
         return self.proc.returncode
 
     def close(self) -> None:
