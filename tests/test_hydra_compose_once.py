@@ -24,20 +24,25 @@ def test_the_mode_is_the_last_mode_override(overrides, mode):
     assert mode_in(overrides) == mode
 
 
-@pytest.fixture
-def compositions(monkeypatch):
-    """How many times Hydra composes the whole config."""
-    from hydra._internal.hydra import Hydra
-
+def _recorded(monkeypatch, cls, method: str) -> list:
+    """The arguments of each call of `cls.method`, which still runs."""
     calls = []
-    original = Hydra.compose_config
+    original = getattr(cls, method)
 
-    def counted(self, *args, **kwargs):
-        calls.append(kwargs.get("run_mode"))
+    def recorded(self, *args, **kwargs):
+        calls.append((args, kwargs))
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(Hydra, "compose_config", counted)
+    monkeypatch.setattr(cls, method, recorded)
     return calls
+
+
+@pytest.fixture
+def compositions(monkeypatch):
+    """Each time Hydra composes the whole config."""
+    from hydra._internal.hydra import Hydra
+
+    return _recorded(monkeypatch, Hydra, "compose_config")
 
 
 def test_a_run_composes_its_config_once(tmp_path, spies, compositions):
@@ -72,18 +77,10 @@ def test_no_config_file_sets_the_mode():
 
 @pytest.fixture
 def job_compositions(monkeypatch):
-    """The overrides of each job Hydra composes in a sweep."""
+    """Each job Hydra composes in a sweep (its master config, its overrides)."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
-    calls = []
-    original = ConfigLoaderImpl.load_sweep_config
-
-    def counted(self, master_config, sweep_overrides):
-        calls.append(list(sweep_overrides))
-        return original(self, master_config, sweep_overrides)
-
-    monkeypatch.setattr(ConfigLoaderImpl, "load_sweep_config", counted)
-    return calls
+    return _recorded(monkeypatch, ConfigLoaderImpl, "load_sweep_config")
 
 
 def test_a_sweep_composes_each_job_once_per_pass(tmp_path, spies, job_compositions):
@@ -92,7 +89,9 @@ def test_a_sweep_composes_each_job_once_per_pass(tmp_path, spies, job_compositio
     assert run_train("-m", "training.run.device=cpu", "training.run.seed=1,2",
                      f"training.run.log_dir={tmp_path / 'runs'}") == 0
     assert len(run_dirs(tmp_path / "runs")) == 2 and len(spies[0].calls) == 2
-    seeds = sorted(o for job in job_compositions for o in job if o.startswith("training.run.seed="))
+    overrides = [kwargs["sweep_overrides"] if "sweep_overrides" in kwargs else args[1]
+                 for args, kwargs in job_compositions]
+    seeds = sorted(o for job in overrides for o in job if o.startswith("training.run.seed="))
     assert seeds == ["training.run.seed=1"] * 2 + ["training.run.seed=2"] * 2
 
 

@@ -12,6 +12,7 @@ Where Hydra no longer has a method these replace, it is left alone.
 
 from __future__ import annotations
 
+import importlib
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
@@ -33,43 +34,38 @@ def mode_in(overrides: list[str]) -> Optional[str]:
 @contextmanager
 def mode_from_overrides() -> Iterator[None]:
     """While the app starts, Hydra's mode look-up reads the overrides it is given rather than composing."""
-    try:
-        from hydra._internal.hydra import Hydra
-        from hydra.types import RunMode
-    except ImportError:
-        yield
-        return
-    original = getattr(Hydra, "get_mode", None)
-    if original is None:
-        yield
-        return
 
     def get_mode(self, config_name, overrides):  # noqa: ARG001 (Hydra's signature)
+        from hydra.types import RunMode
+
         mode = mode_in(list(overrides))
         return None if mode is None else RunMode[mode]
 
-    Hydra.get_mode = get_mode
-    try:
+    with _replaced("hydra._internal.hydra", "Hydra", "get_mode", get_mode):
         yield
-    finally:
-        Hydra.get_mode = original
 
 
 @contextmanager
 def jobs_composed_by_the_launcher() -> Iterator[None]:
     """While a sweep runs, the sweeper leaves the composition of its jobs to the launcher: a job that does not
     compose fails there, before the check pass launches anything."""
-    try:
-        from hydra.plugins.sweeper import Sweeper
-    except ImportError:
+    with _replaced("hydra.plugins.sweeper", "Sweeper", "validate_batch_is_legal", lambda self, batch: None):
         yield
-        return
-    original = getattr(Sweeper, "validate_batch_is_legal", None)
+
+
+@contextmanager
+def _replaced(module: str, owner: str, method: str, replacement) -> Iterator[None]:
+    """`owner.method` of Hydra's `module` replaced while the block runs; left alone where Hydra lacks it."""
+    try:
+        cls = getattr(importlib.import_module(module), owner)
+    except (ImportError, AttributeError):
+        cls = None
+    original = getattr(cls, method, None)
     if original is None:
         yield
         return
-    Sweeper.validate_batch_is_legal = lambda self, batch: None  # noqa: ARG005 (Hydra's signature)
+    setattr(cls, method, replacement)
     try:
         yield
     finally:
-        Sweeper.validate_batch_is_legal = original
+        setattr(cls, method, original)
