@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from fakes import FakeMpsDaemon, FakeNvml, install_fake_control_binary
+from leftover_processes import MARK, mark_this_session, stop_leftovers
 from unilab.mps import HostFacts
 
 # The kernels the tests compile (Warp's, and the learners' compiled losses) go to one cache under the temporary
@@ -24,6 +25,7 @@ os.environ.setdefault("UNILAB_WHEEL_INDEX", str(_NO_WHEELS))
 # processes themselves (_one_torch_thread): with two workers busy, a child's second thread only takes turns with
 # the other worker's tests.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+mark_this_session()
 
 SMOKE_WALK = ["+preset=cpu_smoke", "task.num_envs=8", "training.outputs.logger=[]", "algo.max_iterations=6",
               "algo.save_interval=3", "training.outputs.no_play=true"]  # play is tested in test_runtime.py
@@ -228,3 +230,17 @@ def pytest_runtest_makereport(item, call):
         report.outcome = "failed"
         report.longrepr = (f"Warp modules loaded in a test not marked integration: {sorted(set(loads))}; mark it "
                            "pytest.mark.integration")
+
+
+@pytest.hookimpl(trylast=True)  # after xdist has shut its workers down
+def pytest_sessionfinish(session):
+    """A process the session started that still runs at its end fails the session (and is killed)."""
+    if hasattr(session.config, "workerinput") or os.environ.get(MARK) != str(os.getpid()):
+        return  # a worker of -n 2, or a pytest started by a test: the outermost session looks
+    left = stop_leftovers(os.environ[MARK])
+    if left:
+        listed = "\n".join(f"  {pid}: {cmd}" for pid, cmd in sorted(left.items()))
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        reporter.write("\n")
+        reporter.write_line(f"processes the tests started and left running (now killed):\n{listed}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

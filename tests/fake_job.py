@@ -5,7 +5,8 @@ then D/N, as `train` names it).
 It makes RUN_DIR, starts a child of its own in its process group (as the launcher starts a learner) unless
 --alone, records both pids in RUN_DIR/pids.json and every signal it receives in RUN_DIR/signals, prints a line to
 stdout and one to stderr, and writes RUN_DIR/ready. Then:
-  --end STATUS CODE   writes run_summary.json with STATUS (unless STATUS is "none") and exits CODE at once
+  --end STATUS CODE   writes run_summary.json with STATUS (unless STATUS is "none"), ends its child (as a
+                      launcher stops its roles before it exits) and exits CODE
   (default)           waits; SIGINT or SIGTERM writes run_summary.json {"status": "interrupted"} and exits 130
   --ignore            waits, ignoring SIGINT and SIGTERM (recorded all the same): only SIGKILL ends it
   --launcher          as a launcher: holds RUN_DIR/run.lock, names its child the learner in runtime_manifest.json,
@@ -51,6 +52,9 @@ def main() -> None:
         status, code = args[args.index("--end") + 1:args.index("--end") + 3]
         if status != "none":
             (run / "run_summary.json").write_text(json.dumps({"status": status}) if status != "garbled" else "{")
+        if child:
+            child.kill()
+            child.wait()
         sys.exit(int(code))
     if "--launcher" in args:
         (run / "run.lock").write_text(f"{os.getpid()}\n")
