@@ -39,6 +39,14 @@ def test_instantiate_types_the_values_and_runs_the_schema_checks():
         instantiate("algo", {"batch_size": 1})
 
 
+def test_each_instantiation_starts_from_the_schemas_defaults():
+    """The schema's node is built once and shared: one config's values never reach the next."""
+    first = instantiate("task", {"name": "g1_walk_flat", "num_envs": 8, "action_scale": 0.3})
+    second = instantiate("task", {"name": "g1_walk_flat"})
+    assert (first.num_envs, first.action_scale) == (8, 0.3)
+    assert (second.num_envs, second.action_scale) == (G1WalkFlatConfig.num_envs, G1WalkFlatConfig.action_scale)
+
+
 def test_implementation_is_the_class_a_name_builds():
     from unilab.algos.fastsac.learner import FastSACLearner
 

@@ -9,6 +9,7 @@ imports no torch, and an algorithm or task missing from a build costs nothing un
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,4 +91,13 @@ def instantiate(group: str, values: Any) -> Any:
     if name is None:
         raise ValueError(f"{group}: the config names no {spec.noun} ({spec.key} is missing)")
     schema = load(entry(group, str(name)).config)
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))
+    return OmegaConf.to_object(OmegaConf.merge(schema_node(schema), values))
+
+
+@functools.lru_cache(maxsize=None)
+def schema_node(schema: type) -> Any:
+    """A schema dataclass as OmegaConf's structured config, built once per schema: every composition merges
+    onto it (the merge copies it, never changes it)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.structured(schema)

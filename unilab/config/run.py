@@ -45,8 +45,8 @@ def typed_group(group: str, values: Any) -> Any:
     """One group's dataclass from its values (its checks run)."""
     from omegaconf import OmegaConf
 
-    from unilab.registry import instantiate
+    from unilab.registry import instantiate, schema_node
 
     if group == "training":
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainingConfig), values))
+        return OmegaConf.to_object(OmegaConf.merge(schema_node(TrainingConfig), values))
     return instantiate(group, values)
