@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from unilab.mps.host import HostFacts
 from unilab.processes import descendants, end_child, stat_fields
 
@@ -106,3 +108,41 @@ def test_the_socket_directory_is_tmpdir_when_it_fits(short_tmp, monkeypatch):
     assert processes.socket_temp_dir(str(long_dir)) == "/tmp"
     monkeypatch.setattr(processes, "SHORT_TEMP_DIRS", ())
     assert processes.socket_temp_dir(str(long_dir)) is None
+
+
+_SEMAPHORE_CHILD = """
+import multiprocessing as mp, os, sys
+
+def child(queue):
+    lock = mp.RLock()  # as a library makes one in a child (tqdm's write lock on first use)
+    queue.put(lock._semlock.name)
+    from unilab.runtime import child_log
+    if sys.argv[1] == "control":  # leave as it was before it unlinked them
+        child_log.unlink_own_semaphores = lambda: None
+    child_log.leave(queue, 0)
+
+if __name__ == "__main__":
+    queue = mp.get_context("spawn").Queue()
+    proc = mp.get_context("spawn").Process(target=child, args=(queue,))
+    proc.start()
+    name = queue.get(timeout=60)
+    proc.join(60)
+    print(os.path.exists("/dev/shm/sem." + name.lstrip("/")))
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="named semaphores are not files in /dev/shm here")
+@pytest.mark.parametrize("how", ["leave", "control"])
+def test_a_child_that_leaves_unlinks_the_semaphores_it_made(tmp_path, how):
+    """A child ends with os._exit (leave), which skips multiprocessing's unlinking of the semaphores it made: left
+    linked, the launcher's resource tracker warns of "leaked semaphore objects" when the run ends. leave unlinks
+    them; without that step (the control) the file and the warning stay."""
+    script = tmp_path / "semaphore_child.py"
+    script.write_text(_SEMAPHORE_CHILD)
+    done = subprocess.run([sys.executable, str(script), how], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    if how == "leave":
+        assert done.stdout.split() == ["False"] and "leaked semaphore" not in done.stderr
+    else:
+        assert done.stdout.split() == ["True"] and "leaked semaphore" in done.stderr

@@ -126,3 +126,16 @@ def remove_short_socket_dir() -> None:
 
     if _short_socket_dir is not None:
         shutil.rmtree(_short_socket_dir, ignore_errors=True)
+
+
+def unlink_own_semaphores() -> None:
+    """Unlink the named semaphores this process created, for a process that ends with os._exit. multiprocessing
+    unlinks them in its exit finalizers, which os._exit skips; left linked, the launcher's resource tracker (the
+    children share it) reports them at its shutdown as "leaked semaphore objects". A library's lock made in a
+    child (tqdm's, on first use) is one. Those handed down by the launcher (the queues' and events' locks) are
+    the launcher's to unlink and have no finalizer here."""
+    from multiprocessing import synchronize, util
+
+    for finalizer in list(util._finalizer_registry.values()):  # no public way to run only these
+        if getattr(finalizer, "_callback", None) is synchronize.SemLock._cleanup:
+            finalizer()

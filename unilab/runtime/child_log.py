@@ -18,7 +18,7 @@ import signal
 import sys
 from pathlib import Path
 
-from unilab.processes import remove_short_socket_dir
+from unilab.processes import remove_short_socket_dir, unlink_own_semaphores
 
 LOG_DIR = "logs"
 CONSOLE_PREFIX = "unilab:"
@@ -132,6 +132,7 @@ def leave(to_launcher, code: int) -> None:
     to_launcher.close()
     to_launcher.join_thread()
     remove_short_socket_dir()
+    unlink_own_semaphores()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
