@@ -1,6 +1,6 @@
 """Child processes: ending one that did not end by itself (SIGTERM, then SIGKILL after a grace period), ending
-with the parent, finding every process below one (from /proc), and a temporary directory short enough for the
-Unix sockets through which they pass file descriptors."""
+with the parent, finding every process below one (from /proc), a temporary directory short enough for the
+Unix sockets through which they pass file descriptors, and what a child ending with os._exit must clean up itself."""
 
 from __future__ import annotations
 
@@ -136,6 +136,9 @@ def unlink_own_semaphores() -> None:
     the launcher's to unlink and have no finalizer here."""
     from multiprocessing import synchronize, util
 
-    for finalizer in list(util._finalizer_registry.values()):  # no public way to run only these
+    for finalizer in list(getattr(util, "_finalizer_registry", {}).values()):  # no public way to run only these
         if getattr(finalizer, "_callback", None) is synchronize.SemLock._cleanup:
-            finalizer()
+            try:
+                finalizer()
+            except OSError:  # already unlinked: an error here must not keep the process from its exit
+                pass
