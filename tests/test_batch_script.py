@@ -42,6 +42,11 @@ FAKE_UNILAB = textwrap.dedent("""
         f.write(" ".join(sys.argv[1:]) + "\\n")
     if sys.argv[1:3] == ["mps", "env"]:
         print("export FAKE_DAEMON=1")
+    elif sys.argv[1] == "warmup":
+        if os.environ.get("FAKE_WARMUP_FAILS"):
+            sys.exit("warmup: the kernels did not compile")
+        # what the runs started after it find: a warm cache under the daemon's environment
+        open(os.environ["FAKE_LOG"] + ".warm", "w").write(os.environ.get("FAKE_DAEMON", ""))
     elif sys.argv[1] == "eval":
         run, out = sys.argv[2], sys.argv[sys.argv.index("--out") + 1]
         rows = open(os.path.join(run, "metrics.jsonl")).read().splitlines()
@@ -60,8 +65,9 @@ def session(tmp_path):
            "FAKE_LOG": str(tmp_path / "unilab_calls.log")}
     env.pop("SESSION_DIR", None)
 
-    def call(*args, check=True):
-        result = subprocess.run(["bash", str(SCRIPT), "--out", str(tmp_path / "s"), *args], env=env, cwd=ROOT,
+    def call(*args, check=True, **extra_env):
+        result = subprocess.run(["bash", str(SCRIPT), "--out", str(tmp_path / "s"), *args], env={**env, **extra_env},
+                                cwd=ROOT,
                                 capture_output=True, text=True, timeout=120)
         if check:
             assert result.returncode == 0, result.stderr
@@ -121,6 +127,42 @@ def test_the_summary_names_a_log_with_a_fault_and_a_missing_report(tmp_path):
     assert out.stdout.splitlines() == ["a: 3 iterations, 64 env steps | nominal: lin 0.103 m/s, yaw - rad/s, falls 0.18 %"]
     usage = subprocess.run([sys.executable, str(summary), str(s)], capture_output=True, text=True, timeout=60)
     assert usage.returncode == 2 and "SESSION_DIR LEARN_DIR NAME" in usage.stderr
+
+
+@pytest.mark.integration
+def test_warm_first_compiles_once_with_the_first_runs_overrides_before_any_run_starts(session):
+    spec = session.path / "spec"
+    spec.write_text("a 2 task.motion_file=$CLIPS algo.max_iterations=18000 algo.batch_size=4096\n"
+                    "b 2 task.motion_file=$CLIPS\n")
+    args = ("batch", str(spec), "--algo", "flashsac", "--task", "g1_motion_tracking", "--envs", "64")
+    failed = session(*args, "--warm-first", check=False, FAKE_WARMUP_FAILS="1")
+    assert failed.returncode == 1 and "the warmup failed" in failed.stderr
+    assert not (session.path / "learn").exists()  # no run was started
+    session(*args, "--warm-first", "--", "task.rewards.weights.termination=-100")
+    session("wait", "60")
+    calls = (session.path / "unilab_calls.log").read_text().splitlines()
+    warmups = [c for c in calls if c.startswith("warmup ")]
+    assert warmups[-1].split() == ["warmup", "--algo", "flashsac", "--task", "g1_motion_tracking",
+                                   "training.run.device=cuda:0", "task.num_envs=64", "+execution=mps",
+                                   "task.rewards.weights.termination=-100", "task.motion_file=/clips",
+                                   "algo.batch_size=4096"]
+    assert (session.path / "unilab_calls.log.warm").read_text() == "1"  # it ran under the daemon
+    warmed = (session.path / "unilab_calls.log.warm").stat().st_mtime_ns
+    for run in ("a", "b"):
+        assert (session.path / "learn" / run / "argv.json").stat().st_mtime_ns > warmed
+    # (algo.max_iterations left out: warmup sets it itself and would refuse it.)
+    # Without the flag, no warmup.
+    (session.path / "unilab_calls.log").unlink()
+    session(*args)
+    session("wait", "60")
+    assert not any(c.startswith("warmup ") for c in (session.path / "unilab_calls.log").read_text().splitlines())
+
+
+def test_the_script_knows_the_keys_warmup_refuses():
+    from unilab.cli.warmup import OWN_KEYS
+
+    line = next(line for line in SCRIPT.read_text().splitlines() if line.startswith("WARMUP_OWN_KEYS="))
+    assert line.split("=", 1)[1].strip('"').split() == list(OWN_KEYS)
 
 
 @pytest.mark.parametrize("spec, message", [
