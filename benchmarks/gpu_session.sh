@@ -428,8 +428,6 @@ cmd_soak() {
   run "$PYTHON" benchmarks/soak_sample.py --report "$S/$name.jsonl" --warmup "$WARMUP"
 }
 
-# The keys `unilab warmup` sets itself and refuses (unilab/cli/warmup.py, OWN_KEYS; a test keeps them in step).
-WARMUP_OWN_KEYS="algo.max_iterations training.run.log_dir training.run.run_name training.run.resume training.outputs.no_play training.outputs.export_onnx training.outputs.logger training.outputs.video_interval"
 SPEC_LINES=()
 read_spec() {  # SPEC -> SPEC_LINES (comments and blank lines dropped, $CLIPS, $LIFTED and $SPLIT expanded); a bad spec exits 2
   local spec=$1 line name secs
@@ -448,14 +446,17 @@ read_spec() {  # SPEC -> SPEC_LINES (comments and blank lines dropped, $CLIPS, $
 cmd_batch() {  # every line of the spec (read_spec) a detached `learn`, side by side under GPU G's daemon
   need ALGO TASK ENVS
   require_daemon "$GPU"
-  local common=("${OVERRIDES[@]}") line own first
+  local common=("${OVERRIDES[@]}") line own first own_keys
   if [ "$WARM_FIRST" = 1 ]; then  # one compile into the kernel cache, not one per run at once
     read -r _ _ own <<< "${SPEC_LINES[0]}"
     read -r -a first <<< "$own"
     first=("${common[@]}" "${first[@]}")
-    for k in "${!first[@]}"; do  # warmup refuses the keys it sets itself; they change no kernel
+    # warmup refuses the keys it sets itself (they change no kernel): ask it which they are
+    own_keys=$("$PYTHON" -c 'from unilab.cli.warmup import OWN_KEYS; print(*OWN_KEYS)') \
+      || { echo "gpu_session.sh: unilab is not importable (PYTHONPATH?)" >&2; exit 1; }
+    for k in "${!first[@]}"; do
       local key=${first[$k]#[+~]}; key=${key#+}; key=${key%%=*}
-      [[ " $WARMUP_OWN_KEYS " == *" $key "* ]] && unset "first[$k]"
+      [[ " $own_keys " == *" $key "* ]] && unset "first[$k]"
     done
     log "warming the kernel cache with the first run's overrides"
     (if [ "$EXECUTION" = mps ]; then use_daemon "$GPU"; else use_gpu "$GPU"; fi

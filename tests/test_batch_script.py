@@ -158,13 +158,6 @@ def test_warm_first_compiles_once_with_the_first_runs_overrides_before_any_run_s
     assert not any(c.startswith("warmup ") for c in (session.path / "unilab_calls.log").read_text().splitlines())
 
 
-def test_the_script_knows_the_keys_warmup_refuses():
-    from unilab.cli.warmup import OWN_KEYS
-
-    line = next(line for line in SCRIPT.read_text().splitlines() if line.startswith("WARMUP_OWN_KEYS="))
-    assert line.split("=", 1)[1].strip('"').split() == list(OWN_KEYS)
-
-
 @pytest.mark.parametrize("spec, message", [
     ("bad/name 10 x=1\n", "bad run name"),
     ("run ten x=1\n", "SECONDS must be a whole number"),
