@@ -42,7 +42,9 @@
 #                                       overrides after `--` go to every run); then `wait`, then `evals`.
 #                                       --warm-first: `unilab warmup` with the first line's overrides before the runs
 #                                       start, so they share one compile (five runs compiling at once from cold caches
-#                                       took seven minutes to their first iteration; then a run's SECONDS exclude it)
+#                                       took seven minutes to their first iteration, four after a warmup 2.5-3.2 min:
+#                                       the learners' builds; a line of another network width compiles its own update;
+#                                       a run's SECONDS exclude the warmup)
 #   evals [--gpu G] [--envs-per-clip K] [NAME ...]
 #                                       `unilab eval` (tracking) of the `learn` runs of DIR (or the NAMEs) in parallel
 #                                       under GPU G's daemon, then one line per run: its eval, the rows it wrote after
