@@ -397,6 +397,54 @@ def test_import_warns_of_feet_in_the_floor_and_lifts_them_out(model, tmp_path, c
     assert "floor" not in capsys.readouterr().err
 
 
+def rows_held_above_the_floor(model, frames=(20, 70), height=0.3) -> np.ndarray:
+    """motion_table's rows with the lower sole 5 mm above the floor, except in `frames`, where the whole
+    body is lifted `height` m higher (a clip that climbs onto something)."""
+    rows = rows_with_a_stance_in_the_floor(model, frames=(0, 0))
+    rows[frames[0]:frames[1], 2] += height
+    return rows
+
+
+def test_body_lowest_heights_are_the_lowest_of_every_collision_geom(model):
+    from unilab.motion.feet import body_lowest_heights, collision_geoms, lowest_point_z, sole_heights
+
+    kin = feet_kinematics(model)
+    rows = rows_held_above_the_floor(model)
+    lowest, soles = body_lowest_heights(kin, rows), sole_heights(kin, rows).min(axis=1)
+    geoms = collision_geoms(model)
+    assert len(geoms) > sum(len(g) for g in kin.foot_geoms)  # more than the feet
+    for t in (0, 30):
+        kin.fk(rows[t])
+        assert lowest[t] == pytest.approx(lowest_point_z(model, kin.d, geoms).min())
+    assert np.all(lowest <= soles + 1e-12)
+    np.testing.assert_allclose(lowest[30] - lowest[10], 0.3, atol=0.02)  # lifted, in a slightly other pose
+
+
+def test_import_and_info_report_a_body_held_above_the_floor(model, tmp_path, capsys):
+    src = write_csv(tmp_path / "climb.csv", rows_held_above_the_floor(model))
+    assert run_import(src, "--out", tmp_path / "climb.npz", "--fps", 50) == 0
+    err = capsys.readouterr().err
+    assert "the whole body is more than 100 mm above the floor for 1.00 s (from 0.40 s" in err
+    assert "below the floor" not in err
+    assert tools_main(["motion", "info", str(tmp_path / "climb.npz"), "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["above_floor_longest_s"] == pytest.approx(1.0)
+    assert stats["above_floor_from_s"] == pytest.approx(0.4)
+    assert stats["above_floor_share"] == pytest.approx(50 / 101)
+    assert stats["body_lowest_max_m"] > 0.3
+    assert tools_main(["motion", "info", str(tmp_path / "climb.npz")]) == 0
+    out = capsys.readouterr().out
+    assert "49.5% of frames with every point more than 100 mm up, the longest stretch 1.00 s from 0.40 s: it " \
+           "stands on something the world does not have" in out
+    # A jump's flight (0.2 s off the floor) is reported, and neither warned of nor called a support.
+    src = write_csv(tmp_path / "hop.csv", rows_held_above_the_floor(model, frames=(20, 30)))
+    assert run_import(src, "--out", tmp_path / "hop.npz", "--fps", 50) == 0
+    assert "floor" not in capsys.readouterr().err
+    assert tools_main(["motion", "info", str(tmp_path / "hop.npz")]) == 0
+    out = capsys.readouterr().out
+    assert "the longest stretch 0.20 s from 0.40 s" in out and "stands on something" not in out
+
+
 def test_info_of_a_directory_has_a_row_per_clip(model, tmp_path, capsys):
     clips = tmp_path / "clips"
     save_motion_clip(info_clip(), clips / "known.npz")
@@ -411,6 +459,7 @@ def test_info_of_a_directory_has_a_row_per_clip(model, tmp_path, capsys):
     rows = capsys.readouterr().out.splitlines()
     assert rows[1].split()[0] == "known" and rows[1].split()[5] == "20%"  # the flight share of info_clip
     assert rows[2].split()[0] == "sunk" and rows[2].split()[-3:] == ["40%,", "0.80", "s"]
+    assert rows[2].split()[-6:-3] == ["0%,", "0.00", "s"]  # off the floor: never
     (tmp_path / "empty").mkdir()
     assert tools_main(["motion", "info", str(tmp_path / "empty")]) == 2
     assert "no .npz motion clip" in capsys.readouterr().err

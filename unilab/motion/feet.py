@@ -1,6 +1,6 @@
-"""Where a G1 clip's feet are against the floor (z = 0): the lowest point of each foot's collision geoms
-by forward kinematics on our G1. `unilab motion info` reports feet below the floor; `unilab motion import
---lift-to-floor` lifts the root out of it."""
+"""Where a G1 clip's body is against the floor (z = 0): the lowest point of each foot's collision geoms, and
+of all of them, by forward kinematics on our G1. `unilab motion info` reports feet below the floor and a
+body held above it; `unilab motion import --lift-to-floor` lifts the root out of the floor."""
 
 from __future__ import annotations
 
@@ -9,6 +9,13 @@ import numpy as np
 # m: a sole lower than this below the floor counts as in it. Retargeted clips dip a few mm at foot strikes;
 # a reference that stays in the floor for seconds cannot be tracked by a robot standing on it.
 BELOW_FLOOR_M = 0.01
+# m: the whole body's lowest point higher than this counts as off the floor. A jog's flight lifts it about
+# 5 cm for a fraction of a second; a clip held above this for longer stands on something the world lacks
+# (a slope, a box, a step), and a robot on flat ground cannot follow it there.
+ABOVE_FLOOR_M = 0.10
+# s: feet below the floor this long are a stance in it, not a dip at a foot strike; a body above it this
+# long is held up by something, not in a jump's flight. Import warns of either, and info flags the latter.
+FLOOR_WARN_S = 0.5
 
 
 def lowest_point_z(model, data, geoms) -> np.ndarray:
@@ -39,6 +46,23 @@ def sole_heights(kin, qpos: np.ndarray) -> np.ndarray:
     for t, q in enumerate(qpos):
         kin.fk(q)
         out[t] = [lowest_point_z(kin.m, kin.d, geoms).min() for geoms in kin.foot_geoms]
+    return out
+
+
+def collision_geoms(model) -> list[int]:
+    """The robot's collision geoms: those that take part in contacts, on any body but the world."""
+    return [g for g in range(model.ngeom) if model.geom_bodyid[g] != 0
+            and (model.geom_contype[g] or model.geom_conaffinity[g])]
+
+
+def body_lowest_heights(kin, qpos: np.ndarray) -> np.ndarray:
+    """(frames,) the lowest point of all the robot's collision geoms for (frames, nq) G1 qpos, as
+    `sole_heights` finds each foot's."""
+    geoms = collision_geoms(kin.m)
+    out = np.empty(len(qpos))
+    for t, q in enumerate(qpos):
+        kin.fk(q)
+        out[t] = lowest_point_z(kin.m, kin.d, geoms).min()
     return out
 
 

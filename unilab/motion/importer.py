@@ -36,7 +36,6 @@ ROOT_Z_RANGE = (0.2, 1.5)  # m: a pelvis outside this for most frames is a unit 
 ROOT_Z_MAX_OUTSIDE = 0.5  # share of frames; a fall or a crawl dips below for a part of the clip
 FK_WARN_M = 0.01  # source body positions further than this from our FK: another model or body order
 FK_COMPARE_FRAMES = 200  # enough frames to see a model mismatch, few enough to stay quick
-FLOOR_WARN_S = 0.5  # s: feet below the floor this long are a stance in it, not a dip at a foot strike
 
 
 class MotionImportError(ValueError):
@@ -339,21 +338,29 @@ def import_motion(path: Path, *, fmt: str = "auto", fps: Optional[float] = None,
 
 def check_feet(kin, qpos: np.ndarray, fps: float, lift: bool, warn, info) -> np.ndarray:
     """qpos lifted out of the floor (`lift`), or as it is with a warning when a sole stays more than
-    BELOW_FLOOR_M below it for FLOOR_WARN_S or longer: a robot standing on the floor cannot follow it there."""
-    from unilab.motion.feet import BELOW_FLOOR_M, lift_to_floor, longest_run, sole_heights
+    BELOW_FLOOR_M below it for FLOOR_WARN_S or longer: a robot standing on the floor cannot follow it there.
+    Either way, a warning when the whole body stays more than ABOVE_FLOOR_M above the floor that long."""
+    from unilab.motion.feet import ABOVE_FLOOR_M, BELOW_FLOOR_M, FLOOR_WARN_S, body_lowest_heights, lift_to_floor, \
+        longest_run, sole_heights
 
     if lift:
-        lifted, amount = lift_to_floor(kin, qpos)
+        qpos, amount = lift_to_floor(kin, qpos)
         if amount.max() > 0:
             info(f"lifted the root out of the floor in {np.mean(amount > 0):.0%} of frames, by up to "
                  f"{amount.max() * 1000:.1f} mm")
-        return lifted
-    below = sole_heights(kin, qpos).min(axis=1) < -BELOW_FLOOR_M
-    frames, first = longest_run(below)
+    else:
+        below = sole_heights(kin, qpos).min(axis=1) < -BELOW_FLOOR_M
+        frames, first = longest_run(below)
+        if frames / fps >= FLOOR_WARN_S:
+            warn(f"a sole is more than {BELOW_FLOOR_M * 1000:.0f} mm below the floor for {frames / fps:.2f} s "
+                 f"(from {first / fps:.2f} s; {below.mean():.0%} of all frames): a tracker cannot follow the feet "
+                 "there; --lift-to-floor raises the root out of it")
+    above = body_lowest_heights(kin, qpos) > ABOVE_FLOOR_M
+    frames, first = longest_run(above)
     if frames / fps >= FLOOR_WARN_S:
-        warn(f"a sole is more than {BELOW_FLOOR_M * 1000:.0f} mm below the floor for {frames / fps:.2f} s "
-             f"(from {first / fps:.2f} s; {below.mean():.0%} of all frames): a tracker cannot follow the feet "
-             "there; --lift-to-floor raises the root out of it")
+        warn(f"the whole body is more than {ABOVE_FLOOR_M * 1000:.0f} mm above the floor for {frames / fps:.2f} s "
+             f"(from {first / fps:.2f} s; {above.mean():.0%} of all frames): the clip stands on something the "
+             "world does not have (a slope, a box, a step), and a tracker on flat ground cannot follow it there")
     return qpos
 
 

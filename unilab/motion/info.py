@@ -1,5 +1,5 @@
 """`unilab motion info`: what a G1 clip asks of a tracker (duration, speeds, flight, joint speeds, feet
-below the floor).
+below the floor, a body held above it).
 
 Reads our clip layout and the mjlab / BeyondMimic layout (no body_names: the G1 model's body order).
 Speeds come from finite differences of positions, so a source's own velocity fields are not trusted.
@@ -15,16 +15,19 @@ import numpy as np
 
 from unilab.exit_codes import EXIT_USAGE
 from unilab.motion.clip import MotionClip, MotionClipError, clip_from_arrays
-from unilab.motion.feet import BELOW_FLOOR_M, longest_run, sole_heights
+from unilab.motion.feet import (ABOVE_FLOOR_M, BELOW_FLOOR_M, FLOOR_WARN_S, body_lowest_heights, longest_run,
+                                sole_heights)
 
 # m above the lowest the foot body gets in the clip: the ankle-roll link origin sits a few cm above the
 # sole and rises a little at heel-off, so walking stays below this while a jog's flight phase clears it.
 FLIGHT_HEIGHT_M = 0.05
+FLAT_WORLD_NOTE = ": it stands on something the world does not have, and a tracker on flat ground cannot follow it there"
 
 
-def clip_sole_heights(clip: MotionClip) -> "np.ndarray | None":
-    """(frames, feet) sole heights (unilab.motion.feet) of the clip's pelvis pose and joints on our G1; None
-    for a clip that is not in the G1's joint order or has no pelvis."""
+def clip_floor_heights(clip: MotionClip) -> "tuple[np.ndarray, np.ndarray] | None":
+    """(frames, feet) sole heights and (frames,) the whole body's lowest point (unilab.motion.feet) of the
+    clip's pelvis pose and joints on our G1; None for a clip that is not in the G1's joint order or has no
+    pelvis."""
     from unilab.assets.g1 import G1_FOOT_BODIES, G1_JOINT_NAMES, build_g1_model
     from unilab.motion.synth import G1Kinematics
 
@@ -33,7 +36,8 @@ def clip_sole_heights(clip: MotionClip) -> "np.ndarray | None":
     pelvis = clip.body_index("pelvis")
     qpos = np.concatenate((clip.body_pos_w[:, pelvis], clip.body_quat_w[:, pelvis], clip.joint_pos), axis=1)
     kin = G1Kinematics(build_g1_model(with_floor=False), G1_JOINT_NAMES, G1_FOOT_BODIES)
-    return sole_heights(kin, qpos.astype(np.float64))
+    qpos = qpos.astype(np.float64)
+    return sole_heights(kin, qpos), body_lowest_heights(kin, qpos)
 
 
 def load_any_clip(path: Path) -> MotionClip:
@@ -68,8 +72,11 @@ def motion_stats(clip: MotionClip) -> dict:
     p50, p95, p99 = np.percentile(joint_speed, [50, 95, 99])
     fastest = int(np.argmax(joint_speed.max(axis=0)))
     names = G1_JOINT_NAMES if clip.num_joints == len(G1_JOINT_NAMES) else [f"joint_{j}" for j in range(clip.num_joints)]
-    soles = clip_sole_heights(clip)
+    heights = clip_floor_heights(clip)
+    soles, lowest = heights if heights is not None else (None, None)
     below = soles.min(axis=1) < -BELOW_FLOOR_M if soles is not None else None
+    above = lowest > ABOVE_FLOOR_M if lowest is not None else None
+    above_run, above_from = longest_run(above) if above is not None else (0, 0)
     return {
         "file": clip.source,
         "duration_s": clip.duration,
@@ -90,6 +97,13 @@ def motion_stats(clip: MotionClip) -> dict:
         "below_floor_m": BELOW_FLOOR_M,
         "below_floor_share": float(below.mean()) if below is not None else None,
         "below_floor_longest_s": longest_run(below)[0] / clip.fps if below is not None else None,
+        # The whole body above the floor (null likewise): its lowest point at the clip's highest, the share of
+        # frames with every point more than above_floor_m up, and the longest such stretch and its start.
+        "body_lowest_max_m": float(lowest.max()) if lowest is not None else None,
+        "above_floor_m": ABOVE_FLOOR_M,
+        "above_floor_share": float(above.mean()) if above is not None else None,
+        "above_floor_longest_s": above_run / clip.fps if above is not None else None,
+        "above_floor_from_s": above_from / clip.fps if above is not None else None,
     }
 
 
@@ -111,6 +125,11 @@ def render(stats: dict) -> str:
                      f"lowest sole {lowest_mm:+d} mm; {stats['below_floor_share']:.1%} of frames with a sole more "
                      f"than {1000 * stats['below_floor_m']:.0f} mm down, the longest stretch "
                      f"{stats['below_floor_longest_s']:.2f} s"))
+        rows.append(("whole body off the floor",
+                     f"{stats['above_floor_share']:.1%} of frames with every point more than "
+                     f"{1000 * stats['above_floor_m']:.0f} mm up, the longest stretch "
+                     f"{stats['above_floor_longest_s']:.2f} s from {stats['above_floor_from_s']:.2f} s"
+                     + (FLAT_WORLD_NOTE if stats["above_floor_longest_s"] >= FLOOR_WARN_S else "")))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
@@ -120,19 +139,23 @@ def render_table(all_stats: list[dict]) -> str:
     def feet(st):
         return "-" if st["sole_lowest_m"] is None else f"{st['below_floor_share']:.0%}, {st['below_floor_longest_s']:.2f} s"
 
-    rows = [("clip", "s", "speed m/s", "flight", "joint p95", "feet in floor")]
+    def off(st):
+        return "-" if st["sole_lowest_m"] is None else f"{st['above_floor_share']:.0%}, {st['above_floor_longest_s']:.2f} s"
+
+    rows = [("clip", "s", "speed m/s", "flight", "joint p95", "off floor", "feet in floor")]
     rows += [(Path(st["file"]).stem, f"{st['duration_s']:.1f}",
               f"{st['root_speed_mean_m_s']:.2f} / {st['root_speed_peak_m_s']:.2f}", f"{st['flight_share']:.0%}",
-              f"{st['joint_speed_p95_rad_s']:.2f}", feet(st)) for st in all_stats]
+              f"{st['joint_speed_p95_rad_s']:.2f}", off(st), feet(st)) for st in all_stats]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
-    return "\n".join(lines) + ("\n\nspeed: the pelvis's mean / peak; joint p95: rad/s; feet in floor: frames with a "
-                               f"sole more than {1000 * BELOW_FLOOR_M:.0f} mm down, the longest stretch")
+    return "\n".join(lines) + ("\n\nspeed: the pelvis's mean / peak; joint p95: rad/s; off floor: frames with the whole "
+                               f"body more than {1000 * ABOVE_FLOOR_M:.0f} mm up, the longest stretch; feet in floor: "
+                               f"frames with a sole more than {1000 * BELOW_FLOOR_M:.0f} mm down, the longest stretch")
 
 
 def add_parser(motsub) -> None:
-    p = motsub.add_parser("info", help="duration, root speed, flight phase, joint speeds and feet below the floor "
-                                       "of a clip, or of each clip of a directory")
+    p = motsub.add_parser("info", help="duration, root speed, flight phase, joint speeds, feet below the floor and "
+                                       "a body held above it, of a clip or of each clip of a directory")
     p.add_argument("file", type=Path, help="clip (.npz: ours or the mjlab layout), or a directory of them")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=main)
