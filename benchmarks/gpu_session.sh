@@ -448,7 +448,7 @@ read_spec() {  # SPEC -> SPEC_LINES (comments and blank lines dropped, $CLIPS, $
 cmd_batch() {  # every line of the spec (read_spec) a detached `learn`, side by side under GPU G's daemon
   need ALGO TASK ENVS
   require_daemon "$GPU"
-  local common=("${OVERRIDES[@]}") line own first own_keys
+  local common=("${OVERRIDES[@]}") line own first own_keys key
   if [ "$WARM_FIRST" = 1 ]; then  # one compile into the kernel cache, not one per run at once
     read -r _ _ own <<< "${SPEC_LINES[0]}"
     read -r -a first <<< "$own"
@@ -457,7 +457,7 @@ cmd_batch() {  # every line of the spec (read_spec) a detached `learn`, side by 
     own_keys=$("$PYTHON" -c 'from unilab.cli.warmup import OWN_KEYS; print(*OWN_KEYS)') \
       || { echo "gpu_session.sh: unilab is not importable (PYTHONPATH?)" >&2; exit 1; }
     for k in "${!first[@]}"; do
-      local key=${first[$k]#[+~]}; key=${key#+}; key=${key%%=*}
+      key=${first[$k]#[+~]}; key=${key#+}; key=${key%%=*}
       [[ " $own_keys " == *" $key "* ]] && unset "first[$k]"
     done
     log "warming the kernel cache with the first run's overrides"

@@ -405,12 +405,14 @@ def rows_held_above_the_floor(model, frames=(20, 70), height=0.3) -> np.ndarray:
     return rows
 
 
-def test_body_lowest_heights_are_the_lowest_of_every_collision_geom(model):
-    from unilab.motion.feet import body_lowest_heights, collision_geoms, lowest_point_z, sole_heights
+def test_floor_heights_give_the_soles_and_the_lowest_of_every_collision_geom(model):
+    from unilab.motion.feet import collision_geoms, floor_heights, lowest_point_z, sole_heights
 
     kin = feet_kinematics(model)
     rows = rows_held_above_the_floor(model)
-    lowest, soles = body_lowest_heights(kin, rows), sole_heights(kin, rows).min(axis=1)
+    feet, lowest = floor_heights(kin, rows)
+    np.testing.assert_array_equal(feet, sole_heights(kin, rows))
+    soles = feet.min(axis=1)
     geoms = collision_geoms(model)
     assert len(geoms) > sum(len(g) for g in kin.foot_geoms)  # more than the feet
     for t in (0, 30):
@@ -426,6 +428,8 @@ def test_import_and_info_report_a_body_held_above_the_floor(model, tmp_path, cap
     err = capsys.readouterr().err
     assert "the whole body is more than 100 mm above the floor for 1.00 s (from 0.40 s" in err
     assert "below the floor" not in err
+    assert run_import(src, "--out", tmp_path / "lifted.npz", "--fps", 50, "--lift-to-floor") == 0
+    assert "the whole body is more than 100 mm above the floor for 1.00 s (from 0.40 s" in capsys.readouterr().err
     assert tools_main(["motion", "info", str(tmp_path / "climb.npz"), "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["above_floor_longest_s"] == pytest.approx(1.0)

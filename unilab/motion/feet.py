@@ -38,15 +38,20 @@ def lowest_point_z(model, data, geoms) -> np.ndarray:
     return low
 
 
-def sole_heights(kin, qpos: np.ndarray) -> np.ndarray:
-    """(frames, feet) the lowest point of each foot's collision geoms (`kin.foot_geoms`, a
-    unilab.motion.synth.G1Kinematics) for (frames, nq) G1 qpos (root position, root quaternion wxyz,
-    joints in the G1's order)."""
-    out = np.empty((len(qpos), len(kin.foot_geoms)))
+def lowest_points(kin, qpos: np.ndarray, geom_sets) -> np.ndarray:
+    """(frames, sets) the lowest point of each set of geoms for (frames, nq) G1 qpos (root position, root
+    quaternion wxyz, joints in the G1's order), by one forward-kinematics pass of `kin` (a
+    unilab.motion.synth.G1Kinematics)."""
+    out = np.empty((len(qpos), len(geom_sets)))
     for t, q in enumerate(qpos):
         kin.fk(q)
-        out[t] = [lowest_point_z(kin.m, kin.d, geoms).min() for geoms in kin.foot_geoms]
+        out[t] = [lowest_point_z(kin.m, kin.d, geoms).min() for geoms in geom_sets]
     return out
+
+
+def sole_heights(kin, qpos: np.ndarray) -> np.ndarray:
+    """(frames, feet) the lowest point of each foot's collision geoms (`kin.foot_geoms`)."""
+    return lowest_points(kin, qpos, kin.foot_geoms)
 
 
 def collision_geoms(model) -> list[int]:
@@ -55,15 +60,10 @@ def collision_geoms(model) -> list[int]:
             and (model.geom_contype[g] or model.geom_conaffinity[g])]
 
 
-def body_lowest_heights(kin, qpos: np.ndarray) -> np.ndarray:
-    """(frames,) the lowest point of all the robot's collision geoms for (frames, nq) G1 qpos, as
-    `sole_heights` finds each foot's."""
-    geoms = collision_geoms(kin.m)
-    out = np.empty(len(qpos))
-    for t, q in enumerate(qpos):
-        kin.fk(q)
-        out[t] = lowest_point_z(kin.m, kin.d, geoms).min()
-    return out
+def floor_heights(kin, qpos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`sole_heights` and (frames,) the lowest point of all the robot's collision geoms, in one pass."""
+    heights = lowest_points(kin, qpos, [*kin.foot_geoms, collision_geoms(kin.m)])
+    return heights[:, :-1], heights[:, -1]
 
 
 def longest_run(flags: np.ndarray) -> tuple[int, int]:
@@ -76,10 +76,11 @@ def longest_run(flags: np.ndarray) -> tuple[int, int]:
     return best, start
 
 
-def lift_to_floor(kin, qpos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """qpos with the root raised, frame by frame, by how far its lower sole is below the floor (never
-    lowered), and the lift (frames,) in m. Frames whose feet are on or above the floor keep their root."""
-    lift = np.maximum(0.0, -sole_heights(kin, qpos).min(axis=1))
+def lift_to_floor(qpos: np.ndarray, soles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """qpos with the root raised, frame by frame, by how far its lower sole (`soles`, its `sole_heights`) is
+    below the floor (never lowered), and the lift (frames,) in m. Frames whose feet are on or above the floor
+    keep their root."""
+    lift = np.maximum(0.0, -soles.min(axis=1))
     lifted = qpos.copy()
     lifted[:, 2] += lift
     return lifted, lift

@@ -340,22 +340,24 @@ def check_feet(kin, qpos: np.ndarray, fps: float, lift: bool, warn, info) -> np.
     """qpos lifted out of the floor (`lift`), or as it is with a warning when a sole stays more than
     BELOW_FLOOR_M below it for FLOOR_WARN_S or longer: a robot standing on the floor cannot follow it there.
     Either way, a warning when the whole body stays more than ABOVE_FLOOR_M above the floor that long."""
-    from unilab.motion.feet import ABOVE_FLOOR_M, BELOW_FLOOR_M, FLOOR_WARN_S, body_lowest_heights, lift_to_floor, \
-        longest_run, sole_heights
+    from unilab.motion.feet import ABOVE_FLOOR_M, BELOW_FLOOR_M, FLOOR_WARN_S, floor_heights, lift_to_floor, \
+        longest_run
 
+    soles, lowest = floor_heights(kin, qpos)
     if lift:
-        qpos, amount = lift_to_floor(kin, qpos)
+        qpos, amount = lift_to_floor(qpos, soles)
+        lowest = lowest + amount  # the whole body rises with the root
         if amount.max() > 0:
             info(f"lifted the root out of the floor in {np.mean(amount > 0):.0%} of frames, by up to "
                  f"{amount.max() * 1000:.1f} mm")
     else:
-        below = sole_heights(kin, qpos).min(axis=1) < -BELOW_FLOOR_M
+        below = soles.min(axis=1) < -BELOW_FLOOR_M
         frames, first = longest_run(below)
         if frames / fps >= FLOOR_WARN_S:
             warn(f"a sole is more than {BELOW_FLOOR_M * 1000:.0f} mm below the floor for {frames / fps:.2f} s "
                  f"(from {first / fps:.2f} s; {below.mean():.0%} of all frames): a tracker cannot follow the feet "
                  "there; --lift-to-floor raises the root out of it")
-    above = body_lowest_heights(kin, qpos) > ABOVE_FLOOR_M
+    above = lowest > ABOVE_FLOOR_M
     frames, first = longest_run(above)
     if frames / fps >= FLOOR_WARN_S:
         warn(f"the whole body is more than {ABOVE_FLOOR_M * 1000:.0f} mm above the floor for {frames / fps:.2f} s "

@@ -15,8 +15,7 @@ import numpy as np
 
 from unilab.exit_codes import EXIT_USAGE
 from unilab.motion.clip import MotionClip, MotionClipError, clip_from_arrays
-from unilab.motion.feet import (ABOVE_FLOOR_M, BELOW_FLOOR_M, FLOOR_WARN_S, body_lowest_heights, longest_run,
-                                sole_heights)
+from unilab.motion.feet import ABOVE_FLOOR_M, BELOW_FLOOR_M, FLOOR_WARN_S, floor_heights, longest_run
 
 # m above the lowest the foot body gets in the clip: the ankle-roll link origin sits a few cm above the
 # sole and rises a little at heel-off, so walking stays below this while a jog's flight phase clears it.
@@ -36,8 +35,7 @@ def clip_floor_heights(clip: MotionClip) -> "tuple[np.ndarray, np.ndarray] | Non
     pelvis = clip.body_index("pelvis")
     qpos = np.concatenate((clip.body_pos_w[:, pelvis], clip.body_quat_w[:, pelvis], clip.joint_pos), axis=1)
     kin = G1Kinematics(build_g1_model(with_floor=False), G1_JOINT_NAMES, G1_FOOT_BODIES)
-    qpos = qpos.astype(np.float64)
-    return sole_heights(kin, qpos), body_lowest_heights(kin, qpos)
+    return floor_heights(kin, qpos.astype(np.float64))
 
 
 def load_any_clip(path: Path) -> MotionClip:
