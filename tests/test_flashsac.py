@@ -222,6 +222,23 @@ def test_temperature_tracks_the_target_action_std():
     assert float(m_narrow["action_std"]) > 1e-3 and float(m_narrow["alpha"]) < alpha0
 
 
+def test_min_alpha_is_a_floor_under_the_temperature():
+    # A target std far below the policy's drives the temperature down; the floor stops it there, and only there.
+    floor = TINY.init_alpha * 0.999  # the tiny learner moves it about 0.2 % in six cycles
+    free, floored = learner(), learner(replace(TINY, min_alpha=floor))
+    for lrn in (free, floored):
+        lrn.log_target_std = math.log(1e-3)
+    for _ in range(6):
+        m_free, m_floored = free.update(), floored.update()
+    assert float(m_free["alpha"]) < floor
+    assert float(m_floored["alpha"]) == pytest.approx(floor, rel=1e-6)
+    # A floor above the starting temperature is where it starts.
+    assert float(learner(replace(TINY, min_alpha=2 * TINY.init_alpha)).log_alpha.exp()) == pytest.approx(
+        2 * TINY.init_alpha, rel=1e-6)
+    with pytest.raises(ValueError, match="algo.min_alpha"):
+        replace(TINY, min_alpha=-1e-3)
+
+
 def test_reward_statistics_are_updated_in_add():
     lrn = make_learner(TINY, OBS, CRITIC_OBS, ACT, "cpu", 0)
     batches = [transitions() for _ in range(3)]

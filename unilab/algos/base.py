@@ -86,7 +86,9 @@ class OffPolicyLearner(ABC):
 
         self.actor, self.critic = self._build_networks()
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.log_alpha = nn.Parameter(torch.tensor(math.log(cfg.init_alpha), device=dev))
+        # The floor is held on log alpha itself after each of its steps, so the temperature never sinks below it.
+        self._log_min_alpha = math.log(cfg.min_alpha) if cfg.min_alpha > 0 else None
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(max(cfg.init_alpha, cfg.min_alpha)), device=dev))
         self.support = torch.linspace(cfg.v_min, cfg.v_max, cfg.num_atoms, device=dev)
         self.critic_opt, self.actor_opt, self.alpha_opt = self._build_optimisers()
         self._compile_step_functions()
@@ -274,6 +276,9 @@ class OffPolicyLearner(ABC):
         self.actor_opt.step()
         self._after_actor_step()
         self.alpha_opt.step()
+        if self._log_min_alpha is not None:
+            with torch.no_grad():
+                self.log_alpha.clamp_(min=self._log_min_alpha)
         return {"actor_loss": actor_loss.detach(), **self._actor_metrics(logp, *extras)}
 
     def _after_critic_step(self) -> None:

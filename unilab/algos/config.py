@@ -67,6 +67,9 @@ class OffPolicyAlgoConfig:
     lr: float = 3e-4
     # Entropy temperature at the start (it is learnt, as log alpha).
     init_alpha: float = 0.001
+    # A floor under the learnt temperature (0: none). A long run's temperature can keep falling until the
+    # policy is all but deterministic; the floor keeps a little exploration and entropy in the targets.
+    min_alpha: float = 0.0
 
     # On CUDA: the networks under bf16 autocast, and the whole update cycle captured as one CUDA graph
     # after `cuda_graph_warmup` eager cycles on a side stream (real updates, on real data).
@@ -128,6 +131,7 @@ class OffPolicyAlgoConfig:
         # AdamW's decay shrinks weights by lr x weight_decay per step: with both at most 1 it never flips them.
         number_in("algo.lr", self.lr, 0, 1, "a learning rate", low_open=True)
         number_in("algo.init_alpha", self.init_alpha, 0, MAX_INIT_ALPHA, "the starting temperature", low_open=True)
+        number_in("algo.min_alpha", self.min_alpha, 0, MAX_INIT_ALPHA, "a floor under the temperature (0: none)")
         integer_in("algo.cuda_graph_warmup", self.cuda_graph_warmup, 1, 100,
                    "eager cycles before the capture: lazy state must exist when it starts")
         if self.compile_mode not in COMPILE_MODES:
