@@ -201,6 +201,7 @@ def _other_side(lrn, gen) -> torch.Tensor:
     return lrn.act(obs, deterministic=True)
 
 
+@pytest.mark.integration  # two learners trained to their target: tens of seconds on a CPU
 def test_a_mirrored_batch_teaches_the_side_never_seen():
     """Trained only on one side, the learner with symmetry acts right on the other side too; without it, it
     acts there as it learned to on the side it saw."""
