@@ -406,14 +406,16 @@ def rows_held_above_the_floor(model, frames=(20, 70), height=0.3) -> np.ndarray:
 
 
 def test_floor_heights_give_the_soles_and_the_lowest_of_every_collision_geom(model):
-    from unilab.motion.feet import collision_geoms, floor_heights, lowest_point_z, sole_heights
+    from unilab.motion.feet import floor_heights, lowest_point_z, sole_heights
 
     kin = feet_kinematics(model)
     rows = rows_held_above_the_floor(model)
     feet, lowest = floor_heights(kin, rows)
     np.testing.assert_array_equal(feet, sole_heights(kin, rows))
     soles = feet.min(axis=1)
-    geoms = collision_geoms(model)
+    geoms = [g for g in range(model.ngeom) if model.geom_bodyid[g] != 0
+             and (model.geom_contype[g] or model.geom_conaffinity[g])]  # what takes part in contacts
+    assert kin.collision_geoms == geoms
     assert len(geoms) > sum(len(g) for g in kin.foot_geoms)  # more than the feet
     for t in (0, 30):
         kin.fk(rows[t])

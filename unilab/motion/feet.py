@@ -54,15 +54,10 @@ def sole_heights(kin, qpos: np.ndarray) -> np.ndarray:
     return lowest_points(kin, qpos, kin.foot_geoms)
 
 
-def collision_geoms(model) -> list[int]:
-    """The robot's collision geoms: those that take part in contacts, on any body but the world."""
-    return [g for g in range(model.ngeom) if model.geom_bodyid[g] != 0
-            and (model.geom_contype[g] or model.geom_conaffinity[g])]
-
-
 def floor_heights(kin, qpos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`sole_heights` and (frames,) the lowest point of all the robot's collision geoms, in one pass."""
-    heights = lowest_points(kin, qpos, [*kin.foot_geoms, collision_geoms(kin.m)])
+    """`sole_heights` and (frames,) the lowest point of all the robot's collision geoms (`kin.collision_geoms`),
+    in one pass."""
+    heights = lowest_points(kin, qpos, [*kin.foot_geoms, kin.collision_geoms])
     return heights[:, :-1], heights[:, -1]
 
 

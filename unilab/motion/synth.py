@@ -171,11 +171,13 @@ class G1Kinematics:
         self.joint_dadr = np.array([model.joint(n).dofadr[0] for n in joint_names])
         self.joint_range = np.array([model.joint(n).range for n in joint_names])
         self.foot_ids = [model.body(n).id for n in foot_bodies]
+        # The robot's collision geoms: those that take part in contacts, on any body but the world.
+        self.collision_geoms = [g for g in range(model.ngeom) if model.geom_bodyid[g] != 0
+                                and (model.geom_contype[g] or model.geom_conaffinity[g])]
         # Collision geoms of each foot: their lowest point defines the ground contact.
         self.foot_geoms = []
         for b in self.foot_ids:
-            geoms = [g for g in range(model.ngeom) if model.geom_bodyid[g] == b
-                     and (model.geom_contype[g] or model.geom_conaffinity[g])]
+            geoms = [g for g in self.collision_geoms if model.geom_bodyid[g] == b]
             if not geoms:
                 raise ValueError(f"foot body {model.body(b).name!r} has no collision geoms")
             self.foot_geoms.append(geoms)
