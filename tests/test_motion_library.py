@@ -277,7 +277,8 @@ def test_the_library_preset_is_the_measured_recipe():
         cfg = composed([f"algo={algo}", "task=g1_motion_tracking", "+preset=tracking_library"])
         assert cfg["task.sampling.max_clip_share"] == 0.1
         assert (cfg["algo.actor_hidden_dim"], cfg["algo.critic_hidden_dim"], cfg["algo.batch_size"]) == (256, 512, 2048)
-        assert (cfg["algo.max_iterations"], cfg["algo.lr_decay_steps"], cfg["algo.lr_end"]) == (20000, 0, 3e-5)
+        assert (cfg["algo.max_iterations"], cfg["algo.lr_decay_steps"], cfg["algo.lr_end"]) == (50000, 0, 3e-5)
+        assert cfg["algo.min_alpha"] == 0.0005 and base["algo.min_alpha"] == 0  # the floor is the preset's alone
         end = cfg["algo.max_iterations"] * cfg["algo.updates_per_step"]
         schedule = dict(init=cfg["algo.lr_init"], peak=cfg["algo.lr"], end=cfg["algo.lr_end"], warmup_steps=0,
                         total_steps=end)
