@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fakes import GPU_A, FakeNvml
-from train_calls import Spy, interrupt_real_sweep, run_dirs, run_train, tree_digest
+from train_calls import Spy, interrupt_real_sweep, refusal, run_dirs, run_train, tree_digest
 from unilab.cli.tools import main as tools_main
 
 
@@ -213,7 +213,8 @@ def test_cuda_device_without_a_gpu_fails_before_anything_exists(tmp_path, spies,
     assert not log_dir.exists() and spies[0].calls == []
 
 
-@pytest.mark.parametrize("override, needle", [
+# Each value is checked beside its field (its schema's __post_init__) or across the groups (unilab.config.sizes).
+RANGE_CASES = [
     ("task.num_envs=0", "task.num_envs=0: expected an integer >= 1"),
     ("task.num_envs=-4", "task.num_envs=-4: expected an integer >= 1"),
     ("algo.batch_size=0", "algo.batch_size=0: expected an integer >= 1"),
@@ -275,7 +276,23 @@ def test_cuda_device_without_a_gpu_fails_before_anything_exists(tmp_path, spies,
     # A replay that cannot hold what the first update waits for never trains (the run used to start and idle):
     ("algo.batch_size=2000000", "algo.replay_capacity=1000000: expected at least 2000000, the rows the first update"),
     ("algo.learning_starts=300", "algo.replay_capacity=1000000: expected at least 1228800"),  # 300 x 4096 envs
-])
+]
+# The cases `train` runs end to end: every group, and each way a value is written (nan, a list, an empty string,
+# bytes past a limit, a path).
+RANGE_CASES_END_TO_END = ["task.num_envs=-4", "algo.gamma=nan", "sim.overflow=bogus", "sim.backend=''",
+                          "training.run.device=gpu", "training.run.run_name=../x",
+                          "training.run.run_name='" + "é" * 128 + "'", "task.commands.lin_vel_x=[1,-1]",
+                          "sim.nconmax=100000000", "algo.learning_starts=300"]
+
+
+@pytest.mark.parametrize("override, needle", RANGE_CASES)
+def test_out_of_range_values_are_refused_by_validation(override, needle):
+    """The key, its value and the allowed range, in the message `train` prints."""
+    message = refusal(override)
+    assert message is not None and needle in message, message
+
+
+@pytest.mark.parametrize("override, needle", [case for case in RANGE_CASES if case[0] in RANGE_CASES_END_TO_END])
 def test_out_of_range_values_fail_at_compose(tmp_path, spies, capsys, override, needle):
     """Each value is checked beside its field (its schema's __post_init__) and refused before anything exists:
     exit 2, the key, its value and the allowed range on the console, no run directory."""
@@ -629,16 +646,29 @@ def test_a_run_dir_in_use_is_refused_naming_the_holder(resumable, capsys):
     assert resume(run) == 0  # released: the resume goes ahead
 
 
-@pytest.mark.parametrize("key", ["mps.mps_probe_timeout_s", "mps.mps_attach_timeout_s", "loop.stall_timeout_s",
-                                 "loop.startup_timeout_s", "loop.dist_timeout_s"])
-@pytest.mark.parametrize("value", ["inf", "nan", "0", "-1", "1e308", "604801"])
-def test_timeouts_are_range_checked_at_compose(tmp_path, spies, capsys, key, value):
+TIMEOUT_KEYS = ["mps.mps_probe_timeout_s", "mps.mps_attach_timeout_s", "loop.stall_timeout_s", "loop.startup_timeout_s",
+                "loop.dist_timeout_s"]
+TIMEOUTS_REFUSED = ["inf", "nan", "0", "-1", "1e308", "604801"]
+TIMEOUT_RANGE = "expected a number in (0, 604800] (seconds, at most a week)"
+
+
+@pytest.mark.parametrize("key", TIMEOUT_KEYS)
+@pytest.mark.parametrize("value", TIMEOUTS_REFUSED)
+def test_timeouts_are_range_checked(key, value):
     """An infinite timeout waits for ever, zero or less never waits, one past a week is no timeout anyone means
-    (and Python's waits refuse those past threading.TIMEOUT_MAX): exit 2 before anything exists."""
+    (and Python's waits refuse those past threading.TIMEOUT_MAX)."""
+    message = refusal(f"training.{key}={value}")
+    assert message is not None and f"training.{key}=" in message and TIMEOUT_RANGE in message, message
+
+
+@pytest.mark.parametrize("key, value", [(key, "inf") for key in TIMEOUT_KEYS]
+                         + [("loop.stall_timeout_s", value) for value in TIMEOUTS_REFUSED if value != "inf"])
+def test_timeouts_are_range_checked_at_compose(tmp_path, spies, capsys, key, value):
+    """`train` refuses them with exit 2 before anything exists: every key once, every value once."""
     log_dir = tmp_path / "runs"
     assert run_train(f"training.{key}={value}", f"training.run.log_dir={log_dir}") == 2
     err = capsys.readouterr().err
-    assert f"training.{key}=" in err and "expected a number in (0, 604800] (seconds, at most a week)" in err, err
+    assert f"training.{key}=" in err and TIMEOUT_RANGE in err, err
     assert "Traceback" not in err and not log_dir.exists() and spies[0].calls == []
 
 
