@@ -16,14 +16,12 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from fakes import GPU_A, FakeNvml
 from train_calls import run_train
-from unilab.cli.train import CONF_DIR
-from unilab.config import RequestError, TrainingConfig, register_configs, register_resolvers
+from train_compose import compose_train
+from unilab.config import RequestError, TrainingConfig
 from unilab.config.schema import OutputSettings, RunSettings
 from unilab.mps import CudaProcessSharingError, Prerequisite
 
@@ -37,14 +35,6 @@ def no_driver(monkeypatch, tmp_path):
 
     monkeypatch.setattr(host_mod, "SystemNvml", lambda: FakeNvml(available=False))
     monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "no-daemon"))
-
-
-def composed(*overrides: str):
-    register_configs()
-    register_resolvers()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        return compose(config_name="train", overrides=list(overrides))
 
 
 # ---------------------------------------------------------------- train --cfg job
@@ -144,7 +134,7 @@ RESOLVES = {
 
 @pytest.mark.parametrize("how", sorted(RESOLVES))
 def test_the_compose_api_raises_the_probe_error_on_resolve(how, no_driver):
-    cfg = composed("training.run.device=cuda:0", "+execution=mps")
+    cfg = compose_train(["training.run.device=cuda:0", "+execution=mps"])
     with pytest.raises(RequestError) as raised:
         RESOLVES[how](cfg)
     error = raised.value.error
@@ -162,21 +152,21 @@ def test_the_compose_api_raises_the_probe_error_on_resolve(how, no_driver):
     ("training.run.device=gpu", "training.run.device='gpu'"),
 ])
 def test_the_compose_api_raises_the_value_error_on_resolve(how, override, needle):
-    cfg = composed("+preset=cpu_smoke", override)
+    cfg = compose_train(["+preset=cpu_smoke", override])
     with pytest.raises(RequestError, match=needle.replace("(", r"\(").replace("[", r"\[")):
         RESOLVES[how](cfg)
 
 
 def test_the_compose_api_resolves_a_valid_request_to_its_evidence(fake_host, daemon):
-    cfg = composed("training.run.device=cuda:0", "+execution=mps")
+    cfg = compose_train(["training.run.device=cuda:0", "+execution=mps"])
     obj = OmegaConf.to_object(cfg)
     assert obj.execution_evidence["configured"] == "mps" and obj.execution_evidence["validated"] is True
     assert obj.training.mps.cuda_process_sharing.value == "mps"
-    assert OmegaConf.to_object(composed("+preset=cpu_smoke")).execution_evidence["configured"] is None
+    assert OmegaConf.to_object(compose_train(["+preset=cpu_smoke"])).execution_evidence["configured"] is None
 
 
 def test_a_request_error_is_the_message_train_prints(no_driver, capsys):
-    cfg = composed("training.run.device=cuda:0", "+execution=mps")
+    cfg = compose_train(["training.run.device=cuda:0", "+execution=mps"])
     with pytest.raises(RequestError) as raised:
         OmegaConf.to_object(cfg)
     assert run_train("training.run.device=cuda:0", "+execution=mps") == 2
@@ -317,7 +307,7 @@ def _leaves(node, prefix):
 
 @functools.lru_cache(maxsize=None)
 def _keys(task: str) -> tuple[str, ...]:
-    cfg = composed(*TASKS[task])
+    cfg = compose_train(list(TASKS[task]))
     keys = [k for group in ("algo", "task", "sim", "training")
             for k in _leaves(OmegaConf.to_container(cfg[group], resolve=True), f"{group}.")]
     return tuple(k for k in keys if k != "training.run.log_dir")

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from fakes import GPU_A, FakeNvml
-from train_calls import Spy, interrupt_real_sweep, refusal, run_dirs, run_train, tree_digest
+from train_calls import Spy, interrupt_real_sweep, run_dirs, run_train, tree_digest
+from train_compose import refusal
 from unilab.cli.tools import main as tools_main
 
 

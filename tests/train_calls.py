@@ -3,8 +3,6 @@ sweep interrupted: shared by the tests of the command line."""
 
 from __future__ import annotations
 
-import copy
-import functools
 import hashlib
 import os
 import signal
@@ -32,42 +30,6 @@ def run_train(*args) -> int:
     except SystemExit as exc:
         return exc.code or 0
     return 0
-
-
-@functools.cache
-def _default_config():
-    """The default `train` config on the CPU, composed once: each refusal below changes a copy."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from unilab.cli.train import CONF_DIR
-    from unilab.config import register_configs, register_resolvers
-
-    register_configs()
-    register_resolvers()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        return compose(config_name="train", overrides=["training.run.device=cpu"])
-
-
-def refusal(override: str) -> str | None:
-    """What `train`'s validation (unilab.config.validate) says of the default config with one override, its value
-    parsed as Hydra parses a command line; None if it is accepted. The same checks as `train KEY=VALUE` without
-    composing the whole config again: for the many-valued range tests (a few of their cases run end to end)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import OmegaConf
-
-    from unilab.config import validate
-    from unilab.config.validation import ConfigError
-
-    parsed = OverridesParser.create().parse_override(override)
-    cfg = copy.deepcopy(_default_config())
-    OmegaConf.update(cfg, parsed.key_or_group, parsed.value(), merge=False)
-    try:
-        validate(cfg)
-    except ConfigError as exc:
-        return str(exc)
-    return None
 
 
 def run_dirs(log_dir: Path) -> list[Path]:

@@ -1,18 +1,22 @@
 """`train`'s config composed in this process (Hydra, without running the probe): a documented command checked the
-way `train` would read it, and the flattened config of a list of overrides."""
+way `train` would read it, the flattened config of a list of overrides, and what validation says of one override."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import shlex
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import OmegaConf
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf
 
 from unilab.cli.short_form import expand_short_form
 from unilab.cli.tools import build_parser
 from unilab.cli.train import CONF_DIR
-from unilab.config import register_configs, register_resolvers
+from unilab.config import register_configs, register_resolvers, validate
+from unilab.config.validation import ConfigError
 
 HYDRA_FLAGS = {"-m", "--multirun", "--resolve", "--help", "-h", "--hydra-help", "--dry-run"}  # --dry-run: train's own
 HYDRA_FLAGS_WITH_VALUE = {"--cfg", "-c"}
@@ -79,13 +83,37 @@ def _flatten(data, prefix: str = "") -> dict:
     return {prefix: data}
 
 
-def composed(overrides: list[str]) -> dict:
-    """The flattened config `train` composes for `overrides`: resolved, except the probe's node (not run)."""
+def compose_train(overrides: list[str]) -> DictConfig:
+    """The config `train` composes for `overrides`, unresolved and unvalidated."""
     register_configs()
     register_resolvers()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides)
+        return compose(config_name="train", overrides=overrides)
+
+
+@functools.cache
+def _default_on_the_cpu() -> DictConfig:
+    return compose_train(["training.run.device=cpu"])  # each refusal below changes a copy
+
+
+def refusal(override: str) -> str | None:
+    """What `train`'s validation (unilab.config.validate) says of the default config with one override, its value
+    parsed as Hydra parses a command line; None if it is accepted. The same checks as `train KEY=VALUE` without
+    composing the whole config again: for the many-valued range tests (a few of their cases run end to end)."""
+    parsed = OverridesParser.create().parse_override(override)
+    cfg = copy.deepcopy(_default_on_the_cpu())
+    OmegaConf.update(cfg, parsed.key_or_group, parsed.value(), merge=False)
+    try:
+        validate(cfg)
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+def composed(overrides: list[str]) -> dict:
+    """The flattened config `train` composes for `overrides`: resolved, except the probe's node (not run)."""
+    cfg = compose_train(overrides)
     probe_node = OmegaConf.to_container(cfg, resolve=False)["execution_evidence"]
     OmegaConf.set_struct(cfg, False)
     del cfg["execution_evidence"]
