@@ -15,8 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from unilab.cli.short_form import expand_short_form
 from unilab.cli.tools import build_parser
 from unilab.cli.train import CONF_DIR
-from unilab.config import register_configs, register_resolvers, validate
-from unilab.config.validation import ConfigError
+from unilab.config import ConfigError, register_configs, register_resolvers, validate
 
 HYDRA_FLAGS = {"-m", "--multirun", "--resolve", "--help", "-h", "--hydra-help", "--dry-run"}  # --dry-run: train's own
 HYDRA_FLAGS_WITH_VALUE = {"--cfg", "-c"}
