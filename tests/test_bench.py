@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from fake_runs import SPREAD, make_run
+from train_compose import compose_train
 
 from unilab.cli.tools import build_parser
 from unilab.cli.tools import main as tools_main
@@ -227,14 +228,7 @@ def test_gate_preset_sweeps_two_arms_times_two_seeds(tmp_path, launch_spy, fake_
 
 
 def test_gate_preset_composes_per_arm():
-    from hydra import compose, initialize_config_dir
-
-    from unilab.config import register_configs
-
-    register_configs()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        cfg = compose(config_name="train", overrides=["+execution=mps", "+bench=offpolicy_gate"],
-                      return_hydra_config=True)
+    cfg = compose_train(["+execution=mps", "+bench=offpolicy_gate"], with_hydra_node=True)
     assert cfg.algo.max_iterations == 300 and cfg.algo.save_interval == 100000
     assert cfg.training.mps.cuda_process_sharing.value == "mps"
     assert dict(cfg.hydra.sweeper.params) == {"training.run.seed": "1,2"}

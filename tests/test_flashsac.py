@@ -13,6 +13,7 @@ from tiny_learners import (
     round_trip_continues_identically, transitions,
 )
 from tiny_learners import FLASHSAC as TINY
+from train_compose import compose_train
 
 from unilab.algos.base import make_learner
 from unilab.algos.common import (
@@ -320,19 +321,11 @@ def test_make_learner_takes_the_env_count_from_its_caller():
 
 
 def test_hydra_composes_flashsac_per_task():
-    from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from unilab.config.store import register_configs
-
-    register_configs()
-    conf = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "conf")
-    with initialize_config_dir(config_dir=conf, version_base=None):
-        walk = OmegaConf.to_container(compose("train", overrides=["algo=flashsac_g1_walk_flat"]).algo, resolve=True)
-        track = OmegaConf.to_container(
-            compose("train", overrides=["algo=flashsac_g1_motion_tracking", "task=g1_motion_tracking"]).algo,
-            resolve=True,
-        )
+    walk = OmegaConf.to_container(compose_train(["algo=flashsac_g1_walk_flat"]).algo, resolve=True)
+    track = OmegaConf.to_container(
+        compose_train(["algo=flashsac_g1_motion_tracking", "task=g1_motion_tracking"]).algo, resolve=True)
     assert walk["name"] == track["name"] == "flashsac"
     assert walk["num_envs"] == track["num_envs"] == 0  # the runtime passes the env count to make_learner
     assert track["batch_size"] == 8192 and track["target_action_std"] == 0.15

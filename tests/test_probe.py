@@ -11,6 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from fakes import GPU_A, GPU_B, FakeNvml
+from train_compose import compose_train
 from unilab.mps import (
     CudaProcessSharingError,
     CudaProcessSharingEvidence,
@@ -350,20 +351,10 @@ def test_a_cancelled_client_verification_verifies_nothing(host, daemon, fake_hos
 
 
 def _validated(*overrides: str):
-    """`train`'s checks (unilab.config.validation.validate) on a composed config."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    """`train`'s checks (unilab.config.validate) on a composed config."""
+    from unilab.config import validate
 
-    from unilab.cli.train import CONF_DIR
-    from unilab.config import register_configs, register_resolvers
-    from unilab.config.validation import validate
-
-    register_configs()
-    register_resolvers()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        cfg = compose(config_name="train", overrides=list(overrides))
-    return validate(cfg)
+    return validate(compose_train(list(overrides)))
 
 
 DATA_PARALLEL_MPS = ("+execution=mps", "training.run.device=cuda:0", "training.run.devices=[0,1]")

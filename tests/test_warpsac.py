@@ -18,6 +18,7 @@ from tiny_learners import (
 )
 from tiny_learners import WARPSAC as TINY
 from tiny_learners import learner as flashsac_learner
+from train_compose import compose_train
 
 from unilab.algos.base import make_learner
 from unilab.algos.flashsac.config import FlashSACConfig
@@ -73,16 +74,9 @@ def test_registry_builds_warpsac():
 
 
 def test_hydra_composes_warpsac():
-    from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from unilab.config.store import register_configs
-
-    register_configs()
-    conf = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "conf")
-    with initialize_config_dir(config_dir=conf, version_base=None):
-        algo = OmegaConf.to_container(compose("train", overrides=["algo=warpsac",
-                                                                  "algo.replay_sampling.decay_step=0"]).algo)
+    algo = OmegaConf.to_container(compose_train(["algo=warpsac", "algo.replay_sampling.decay_step=0"]).algo)
     assert algo["name"] == "warpsac" and algo["replay_sampling"]["decay_step"] == 0 and algo["num_envs"] == 0
     assert algo["batch_size"] == FlashSACConfig.batch_size and algo["target_action_std"] == 0.15
 

@@ -82,13 +82,14 @@ def _flatten(data, prefix: str = "") -> dict:
     return {prefix: data}
 
 
-def compose_train(overrides: list[str]) -> DictConfig:
-    """The config `train` composes for `overrides`, unresolved and unvalidated."""
+def compose_train(overrides: list[str], with_hydra_node: bool = False) -> DictConfig:
+    """The config `train` composes for `overrides`, unresolved and unvalidated (with Hydra's own node if asked:
+    a preset's sweeper settings live there)."""
     register_configs()
     register_resolvers()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        return compose(config_name="train", overrides=overrides)
+        return compose(config_name="train", overrides=overrides, return_hydra_config=with_hydra_node)
 
 
 @functools.cache
