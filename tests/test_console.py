@@ -331,6 +331,7 @@ class _Slow(_Spec):
     training = SimpleNamespace(loop=SimpleNamespace(startup_timeout_s=600.0))  # not what ends these runs
 
 
+@pytest.mark.integration  # several real processes, each test seconds of waiting on them
 @pytest.mark.parametrize("collector, learner, cause", [
     # a message lost in the queue's feeder thread (as `AF_UNIX path too long` lost the collector's buffers) once
     # left the learner waiting for it, and the launcher with it

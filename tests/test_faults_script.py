@@ -16,6 +16,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import faults  # noqa: E402
 
 
+@pytest.mark.integration  # several real processes, each test seconds of waiting on them
 def test_killing_the_learner_reports_the_launchers_exit_and_the_cause(tmp_path, capsys):
     runs, logs = tmp_path / "runs", tmp_path / "session"
     cmd = [*FAKE, "--launcher", f"training.run.log_dir={runs}", "training.run.run_name=faults_learner"]
@@ -27,6 +28,7 @@ def test_killing_the_learner_reports_the_launchers_exit_and_the_cause(tmp_path, 
     assert "a line on stdout" in out and "a line on stdout" in (logs / "faults_learner.log").read_text()
 
 
+@pytest.mark.integration  # several real processes, each test seconds of waiting on them
 def test_a_run_that_ends_before_its_rows_is_reported(tmp_path, capsys):
     cmd = [*FAKE, "--alone", "--end", "failed", "1", f"training.run.log_dir={tmp_path}", "training.run.run_name=r"]
     assert faults.main(["kill", "learner", "--log-dir", str(tmp_path), "--", *cmd]) == 1
@@ -34,6 +36,7 @@ def test_a_run_that_ends_before_its_rows_is_reported(tmp_path, capsys):
     assert out.startswith("the run ended before its third metrics row\n") and "a line on stderr" in out
 
 
+@pytest.mark.integration  # several real processes, each test seconds of waiting on them
 def test_stopping_one_of_two_runs_reports_both(tmp_path, capsys, monkeypatch):
     """SIGINT to the first run's group; the second is stopped after it; both summaries are read back."""
     monkeypatch.setattr(faults, "GO_ON_S", 0.5)

@@ -132,6 +132,7 @@ def test_stop_when_the_daemon_is_already_gone_drops_the_record(tool, capsys):
     assert not (tool.base() / STATE_FILE).exists()
 
 
+@pytest.mark.integration  # several real processes, each test seconds of waiting on them
 def test_stop_waits_for_a_daemon_slow_to_take_quit(tool, capsys, monkeypatch):
     """A daemon whose clients are still exiting answers `quit` late: stop waits for its exit up to --timeout
     rather than failing at the first unanswered `quit`, and says what to do when even that runs out."""

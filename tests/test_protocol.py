@@ -236,6 +236,7 @@ def _pid_gone(pid: int) -> bool:
         return True
 
 
+@pytest.mark.integration  # several real processes, each test seconds of waiting on them
 @pytest.mark.parametrize("how", ["launcher killed", "SIGTERM"])
 def test_a_child_waiting_for_the_go_leaves_when_stopped(tmp_path, how):
     """The learner waits for the go while the launcher verifies MPS clients: it must not outlive a launcher

@@ -153,6 +153,7 @@ def test_sampling_ends_when_the_launcher_is_gone_though_a_child_is_still_listed(
     assert len(lines) == 2 and set(lines[1]["procs"]) == {"launcher", "learner"}
 
 
+@pytest.mark.integration  # several real processes, each test seconds of waiting on them
 def test_with_a_train_command_it_starts_samples_and_stops_the_run(tmp_path):
     """The training (here tests/fake_job.py as a launcher) is started as a job, sampled once its run.lock names it,
     and stopped with SIGINT after --run-for; its console goes to --log."""

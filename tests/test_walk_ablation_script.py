@@ -63,6 +63,7 @@ open(report, "w").write(json.dumps({"suites": {"nominal": {"overall": overall}}}
 """
 
 
+@pytest.mark.integration  # several real processes, each test seconds of waiting on them
 def test_variants_run_side_by_side_until_the_budget_then_are_evaluated(tmp_path, monkeypatch):
     for name, text in (("fake_train.py", FAKE_TRAIN), ("fake_eval.py", FAKE_EVAL)):
         (tmp_path / name).write_text(text)
