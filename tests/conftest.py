@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import copy
 import importlib
 import os
 import random
@@ -162,6 +163,26 @@ def _same_random_state_for_every_test():
         sys.modules["numpy"].random.seed(0)
     if "torch" in sys.modules:
         sys.modules["torch"].manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _tiny_learner_configs_unchanged(request):
+    """The tiny learner configs (tests/tiny_learners.py) are shared by every test of a worker, and a learner holds
+    the config it is given: a test that changed one (`lrn.cfg.compile = True`) once made the later tests of its
+    worker compile their losses with inductor, a C++ build each. The test that changes one fails."""
+    tiny = sys.modules.get("tiny_learners")  # imported at collection by the test modules that use it
+    if tiny is None:
+        yield
+        return
+    names = ("FASTSAC", "FLASHSAC", "WARPSAC")
+    before = {name: copy.deepcopy(getattr(tiny, name)) for name in names}
+    yield
+    changed = [name for name in names if getattr(tiny, name) != before[name]]
+    if changed:
+        for name in changed:  # put back, so that only this test fails
+            vars(getattr(tiny, name)).update(vars(before[name]))
+        pytest.fail(f"{request.node.nodeid} changed tiny_learners.{', '.join(changed)}: change a copy "
+                    "(dataclasses.replace) instead", pytrace=False)
 
 
 # ---------------------------------------------------------------- the unit suite compiles no kernels

@@ -3,6 +3,8 @@ compiles) trains exactly as one that did not: same weights, optimiser moments, s
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from tiny_learners import ACT, CRITIC_OBS, ENVS, FASTSAC, FLASHSAC, OBS, WARPSAC, transitions
@@ -87,7 +89,8 @@ def test_the_rehearsal_does_change_a_learner_without_its_restore(monkeypatch):
 
 
 def test_precompile_does_nothing_where_nothing_compiles_or_the_replay_holds_rows():
-    lrn = make_learner(FASTSAC, OBS, CRITIC_OBS, ACT, "cpu", 0)  # CPU, no compile
+    # its own copy of the config: the learner holds the config it is given, and this test turns compile on there
+    lrn = make_learner(dataclasses.replace(FASTSAC), OBS, CRITIC_OBS, ACT, "cpu", 0)  # CPU, no compile
     assert not lrn.compiled and lrn.precompile() is False
     lrn.add(chunks(1, seed=1)[0])
     lrn.cfg.compile = True
