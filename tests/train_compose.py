@@ -31,13 +31,9 @@ def check_command(line: str) -> None:
         # `motion synth` and `mps doctor` take their own options: the subcommand must exist
         build_parser().parse_args(argv[1:3] if argv[1:3] in (["motion", "synth"], ["mps", "doctor"]) else argv[1:])
         return
-    register_configs()
-    register_resolvers()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        for job in train_jobs(argv[1:]):
-            cfg = compose(config_name="train", overrides=job)  # validates keys, values, group options
-            assert cfg.training is not None
+    for job in train_jobs(argv[1:]):
+        cfg = compose_train(job)  # validates keys, values, group options
+        assert cfg.training is not None
 
 
 def _torchrun_train(argv: list[str]) -> list[str]:
